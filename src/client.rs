@@ -1,0 +1,201 @@
+//! The client: its uuid (the first half of every hash field), its
+//! configuration and its watchdogs. Locks are made from here.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::multi::{MultiLock, RedLock};
+use crate::node::Node;
+use crate::watchdog::Watchdogs;
+
+/// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A lock client: one uuid, one configuration, one watchdog per node.
+///
+/// Holds made through one client are told apart by their [`Owner`]; two
+/// clients never share a hold, even in one process. Cloning is cheap.
+///
+/// [`Owner`]: crate::Owner
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use multilock::{Client, Node};
+///
+/// let client = Client::builder()
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .build()?;
+/// let node = Node::new("redis://127.0.0.1:6379")?;
+/// let lock = client.lock(&node, "orders:42")?;
+/// assert_eq!(lock.name(), "orders:42");
+/// # Ok::<(), multilock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: String,
+    pub(crate) watchdogs: Watchdogs,
+}
+
+/// Builds a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build()`"]
+pub struct ClientBuilder {
+    watchdog_timeout: Duration,
+    id: Option<Uuid>,
+}
+
+impl ClientBuilder {
+    /// The lease of locks taken without one, renewed every third of it while
+    /// held (default [`DEFAULT_WATCHDOG_TIMEOUT`], 30 s). If the process
+    /// dies, its locks expire after at most this long.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// The client's uuid (default: a random v4 uuid). Two clients must never
+    /// share one.
+    pub fn id(mut self, id: Uuid) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Validates the settings and builds the client.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the watchdog timeout is under 3 ms
+    /// (its third is the renewal period, in whole milliseconds).
+    pub fn build(self) -> Result<Client> {
+        if self.watchdog_timeout < Duration::from_millis(3) {
+            return Err(Error::invalid(
+                "watchdog timeout must be at least 3 ms (it is renewed every third of it)",
+            ));
+        }
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                id: self.id.unwrap_or_else(Uuid::new_v4).to_string(),
+                watchdogs: Watchdogs::new(self.watchdog_timeout),
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// A client with default settings and a random uuid.
+    pub fn new() -> Client {
+        Client::builder()
+            .build()
+            .expect("the default settings are valid")
+    }
+
+    /// A builder for the watchdog timeout and the uuid.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder {
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            id: None,
+        }
+    }
+
+    /// The client's uuid, the first half of every hash field it writes.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The watchdog timeout.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.watchdogs.timeout()
+    }
+
+    pub(crate) fn inner(&self) -> &ClientInner {
+        &self.inner
+    }
+
+    /// A single-node reentrant lock named `name` on `node`. Nothing is sent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `name` is empty.
+    pub fn lock(&self, node: &Node, name: impl Into<String>) -> Result<Lock> {
+        Lock::new(self.clone(), node.clone(), name.into())
+    }
+
+    /// A lock that every one of `locks` must grant. The locks may be on the
+    /// same or different nodes and have different names (to lock several
+    /// resources at once).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `locks` is empty or a lock comes from
+    /// another client.
+    pub fn multi_lock(&self, locks: Vec<Lock>) -> Result<MultiLock> {
+        MultiLock::new(self, locks)
+    }
+
+    /// A lock that a majority (N/2+1) of `locks` must grant. Each lock must be
+    /// on a different node: the quorum assumes independent masters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `locks` is empty, two locks share a
+    /// node, or a lock comes from another client.
+    pub fn red_lock(&self, locks: Vec<Lock>) -> Result<RedLock> {
+        RedLock::new(self, locks)
+    }
+
+    /// A RedLock with the same `name` on each of `nodes`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::red_lock`], and for an empty name.
+    pub fn red_lock_on(&self, nodes: &[Node], name: &str) -> Result<RedLock> {
+        let locks = nodes
+            .iter()
+            .map(|node| self.lock(node, name))
+            .collect::<Result<Vec<_>>>()?;
+        self.red_lock(locks)
+    }
+
+    /// A MultiLock with the same `name` on each of `nodes`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::multi_lock`], and for an empty name.
+    pub fn multi_lock_on(&self, nodes: &[Node], name: &str) -> Result<MultiLock> {
+        let locks = nodes
+            .iter()
+            .map(|node| self.lock(node, name))
+            .collect::<Result<Vec<_>>>()?;
+        self.multi_lock(locks)
+    }
+
+    pub(crate) fn same_as(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new()
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field("watchdog_timeout", &self.watchdog_timeout())
+            .finish()
+    }
+}

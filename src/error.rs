@@ -1,0 +1,233 @@
+//! The crate's one error type.
+//!
+//! Every failure that concerns a Redis node names the node by its address
+//! (`host:port`, never the password) and keeps the cause in
+//! [`std::error::Error::source`]; messages do not repeat the cause.
+
+use std::fmt;
+use std::time::Duration;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when locking.
+///
+/// "Not acquired within the wait" is not an error: `try_lock*` returns
+/// `Ok(None)` for it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input, rejected before anything was sent: empty name, zero lease or
+    /// watchdog timeout, no locks, the same node twice in a RedLock, a bad URL.
+    InvalidArgument(String),
+    /// An unlock by someone who does not hold the lock: another owner holds it,
+    /// or it expired.
+    NotHeld {
+        /// The lock's name.
+        lock: String,
+        /// The node it was released on.
+        node: String,
+    },
+    /// A node could not be reached, or did not answer in time.
+    NodeUnavailable {
+        /// The node's address (no password).
+        node: String,
+        /// Why: refused, timed out, disconnected.
+        reason: Unavailable,
+        /// The underlying error, when there is one.
+        source: Option<redis::RedisError>,
+    },
+    /// The node answered with an error (for example `WRONGTYPE` when the
+    /// lock's key holds something that is not a hash).
+    Redis {
+        /// The node's address (no password).
+        node: String,
+        /// The server's error.
+        source: redis::RedisError,
+    },
+    /// A multi-node operation did not reach its quorum.
+    NoQuorum(QuorumError),
+    /// The lock was granted on the primary but fewer replicas than required
+    /// acknowledged it in time; it was released again.
+    ReplicaSync {
+        /// The lock's name.
+        lock: String,
+        /// The node (primary) it was granted on.
+        node: String,
+        /// Replicas required.
+        required: u32,
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+    },
+}
+
+/// Why a node was unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The connection was refused or could not be established.
+    Refused,
+    /// Connecting, waiting for a pooled connection or waiting for the reply
+    /// took longer than the node's timeout.
+    Timeout,
+    /// The connection broke while the request was under way: it may or may
+    /// not have been applied.
+    Disconnected,
+}
+
+/// A multi-node operation that fell short of its quorum.
+#[derive(Debug)]
+pub struct QuorumError {
+    /// The lock's name (the first part's name for a MultiLock of many names).
+    pub lock: String,
+    /// Nodes that granted (or released).
+    pub succeeded: usize,
+    /// Nodes required.
+    pub required: usize,
+    /// Every node that did not, and why.
+    pub failures: Vec<NodeFailure>,
+}
+
+/// One node's part of a [`QuorumError`].
+#[derive(Debug)]
+pub struct NodeFailure {
+    /// The node's address (no password).
+    pub node: String,
+    /// What happened there.
+    pub cause: FailureCause,
+}
+
+/// What happened on one node of a failed multi-node operation.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FailureCause {
+    /// Another owner holds the lock there, with this remaining TTL when known.
+    Taken(Option<Duration>),
+    /// The request there failed.
+    Failed(Error),
+}
+
+impl Error {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    /// Classifies a redis-rs error raised while talking to `node`.
+    pub(crate) fn from_redis(node: &str, err: redis::RedisError) -> Self {
+        let reason = if err.is_timeout() {
+            Some(Unavailable::Timeout)
+        } else if err.is_connection_refusal() {
+            Some(Unavailable::Refused)
+        } else if err.is_io_error() || err.is_unrecoverable_error() {
+            Some(Unavailable::Disconnected)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Error::NodeUnavailable {
+                node: node.to_owned(),
+                reason,
+                source: Some(err),
+            },
+            None => Error::Redis {
+                node: node.to_owned(),
+                source: err,
+            },
+        }
+    }
+
+    /// True for [`Error::NodeUnavailable`].
+    pub fn is_node_unavailable(&self) -> bool {
+        matches!(self, Error::NodeUnavailable { .. })
+    }
+
+    /// True when a request may have been applied although no reply came back
+    /// (a timeout or a broken connection): a rollback must cover that node.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        matches!(
+            self,
+            Error::NodeUnavailable {
+                reason: Unavailable::Timeout | Unavailable::Disconnected,
+                ..
+            }
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::NotHeld { lock, node } => {
+                write!(f, "lock {lock:?} is not held by this owner on node {node}")
+            }
+            Error::NodeUnavailable { node, reason, .. } => {
+                let why = match reason {
+                    Unavailable::Refused => "connection refused or failed",
+                    Unavailable::Timeout => "timed out",
+                    Unavailable::Disconnected => "connection lost",
+                };
+                write!(f, "node {node} unavailable: {why}")
+            }
+            Error::Redis { node, .. } => write!(f, "node {node} answered with an error"),
+            Error::NoQuorum(q) => q.fmt(f),
+            Error::ReplicaSync {
+                lock,
+                node,
+                required,
+                acknowledged,
+            } => write!(
+                f,
+                "lock {lock:?} on node {node}: {acknowledged} of {required} replicas acknowledged; released"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::NodeUnavailable {
+                source: Some(s), ..
+            } => Some(s),
+            Error::Redis { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for QuorumError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lock {:?}: {} of {} required nodes",
+            self.lock, self.succeeded, self.required
+        )?;
+        let taken: Vec<&str> = self
+            .failures
+            .iter()
+            .filter(|n| matches!(n.cause, FailureCause::Taken(_)))
+            .map(|n| n.node.as_str())
+            .collect();
+        if !taken.is_empty() {
+            write!(f, "; taken on [{}]", taken.join(", "))?;
+        }
+        for n in &self.failures {
+            if let FailureCause::Failed(e) = &n.cause {
+                // The per-node error is part of this message (there is no
+                // single source to return), so spell out its cause here.
+                write!(f, "; {e}")?;
+                if let Some(src) = std::error::Error::source(e) {
+                    write!(f, " ({src})")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<QuorumError> for Error {
+    fn from(e: QuorumError) -> Self {
+        Error::NoQuorum(e)
+    }
+}

@@ -1,0 +1,658 @@
+//! The single-node reentrant lock, wire-compatible with Redisson's `RLock`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::detach::FinishOnDrop;
+use crate::error::{Error, Result};
+use crate::guard::{Guard, HeldPart};
+use crate::node::{Conn, Node};
+use crate::owner::Owner;
+use crate::scripts;
+
+/// Longest single wait when the lock's TTL is unknown (a key without expiry):
+/// bounds the cost of a lost unlock message.
+const MAX_BLIND_WAIT: Duration = Duration::from_secs(1);
+
+/// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
+///
+/// The lock is a hash named `name`; the field `<client-uuid>:<owner>` holds
+/// the hold count. Waiters listen on `redisson_lock__channel:{name}`. A Java
+/// service using Redisson and this crate can share one lock.
+///
+/// The handle is cheap to clone, `Send + Sync`, and holds no state of holding:
+/// that lives in the [`Guard`]. By default the owner is the calling task (see
+/// [`Owner`]); [`Lock::with_owner`] binds an explicit one.
+///
+/// Locks taken without a lease are renewed by the client's watchdog every
+/// third of the watchdog timeout while held; with a lease they expire after it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use multilock::{Client, Node};
+///
+/// # async fn demo() -> multilock::Result<()> {
+/// let client = Client::new();
+/// let node = Node::new("redis://127.0.0.1:6379")?;
+/// let lock = client.lock(&node, "orders:42")?;
+///
+/// let guard = lock.lock().await?;          // waits; renewed by the watchdog
+/// let again = lock.lock().await?;          // same task: re-entered
+/// assert_eq!(lock.hold_count().await?, 2);
+/// again.unlock().await?;
+/// guard.unlock().await?;
+///
+/// if let Some(guard) = lock.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
+///     // held for at most 10 s
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+    owner: Option<Owner>,
+}
+
+struct LockInner {
+    client: Client,
+    node: Node,
+    name: String,
+    channel: String,
+    /// Set when fencing tokens are on.
+    token_key: Option<String>,
+}
+
+/// One acquire attempt on one node.
+pub(crate) enum Attempt {
+    Granted(HeldPart),
+    /// Held by someone else, with the key's remaining TTL when it has one.
+    Taken(Option<Duration>),
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The hold count went down but is still above zero.
+    StillHeld,
+    /// The key was deleted and waiters were told.
+    Deleted,
+}
+
+enum AcquireReply {
+    Granted(Option<u64>),
+    Taken(Option<Duration>),
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, node: Node, name: String) -> Result<Lock> {
+        if name.is_empty() {
+            return Err(Error::invalid("lock name must not be empty"));
+        }
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                client,
+                node,
+                channel: scripts::channel_name(&name),
+                name,
+                token_key: None,
+            }),
+            owner: None,
+        })
+    }
+
+    /// The lock's name (the Redis key).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The node the lock lives on.
+    pub fn node(&self) -> &Node {
+        &self.inner.node
+    }
+
+    pub(crate) fn channel(&self) -> &str {
+        &self.inner.channel
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// This handle bound to an explicit owner: every acquire through it holds
+    /// for `owner`, whatever task runs it. For sharing a hold between tasks or
+    /// handing it over.
+    pub fn with_owner(&self, owner: Owner) -> Lock {
+        Lock {
+            inner: self.inner.clone(),
+            owner: Some(owner),
+        }
+    }
+
+    /// This lock with fencing tokens: each first grant INCRs the counter
+    /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
+    /// lock) and the guard carries the value ([`Guard::fencing_token`]).
+    pub fn with_fencing(&self) -> Lock {
+        Lock {
+            inner: Arc::new(LockInner {
+                client: self.inner.client.clone(),
+                node: self.inner.node.clone(),
+                name: self.inner.name.clone(),
+                channel: self.inner.channel.clone(),
+                token_key: Some(scripts::token_key(&self.inner.name)),
+            }),
+            owner: self.owner.clone(),
+        }
+    }
+
+    /// True when fencing tokens are on.
+    pub fn is_fenced(&self) -> bool {
+        self.inner.token_key.is_some()
+    }
+
+    /// The owner acquisitions through this handle hold for, resolved now: the
+    /// explicit one, else the current task or thread.
+    pub fn owner(&self) -> Owner {
+        self.owner.clone().unwrap_or_else(Owner::current)
+    }
+
+    fn field(&self, owner: &Owner) -> Arc<str> {
+        format!("{}:{}", self.inner.client.id(), owner).into()
+    }
+
+    /// Acquires, waiting as long as it takes. Without a lease: the watchdog
+    /// renews the lock while the guard lives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held: an acquire request in flight
+    /// is completed in the background and released if it was granted.
+    pub async fn lock(&self) -> Result<Guard> {
+        self.acquire_until_granted(None).await
+    }
+
+    /// Acquires, waiting as long as it takes, with a fixed lease (no
+    /// watchdog): the lock expires `lease` after it was granted unless
+    /// released before.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a lease under 1 ms; otherwise as
+    /// [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard> {
+        check_lease(lease)?;
+        self.acquire_until_granted(Some(lease)).await
+    }
+
+    async fn acquire_until_granted(&self, lease: Option<Duration>) -> Result<Guard> {
+        loop {
+            if let Some(guard) = self.acquire(None, lease).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One attempt, no waiting. `None` when someone else holds the lock.
+    /// Without a lease, so the watchdog renews it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<Guard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Tries for at most `wait`; `lease` fixes the lease, `None` lets the
+    /// watchdog renew. `None` when the lock was not granted in time.
+    ///
+    /// Waiting is driven by the unlock message on the lock's channel; each
+    /// wait also ends after the holder's remaining TTL, so a lost message
+    /// costs at most one TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a lease under 1 ms; otherwise as
+    /// [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>> {
+        if let Some(lease) = lease {
+            check_lease(lease)?;
+        }
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>> {
+        let owner = self.owner();
+        let started = Instant::now();
+        let deadline = wait.map(|w| started + w);
+        let span = tracing::debug_span!("acquire", lock = %self.inner.name, node = %self.inner.node.addr(), owner = %owner);
+        async move {
+            let outcome = self.wait_for_grant(&owner, lease, deadline).await;
+            let elapsed_us = started.elapsed().as_micros() as u64;
+            match &outcome {
+                Ok(Some(_)) => tracing::debug!(elapsed_us, "acquired"),
+                Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
+                Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
+            }
+            outcome.map(|part| {
+                part.map(|part| {
+                    let valid_until = part.lease.map(|lease| part.sent_at + lease);
+                    let token = part.token;
+                    Guard::new(owner, vec![part], 1, 1, valid_until, token)
+                })
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Attempt; subscribe; then attempt again after every wake-up (unlock
+    /// message, or the holder's TTL) until granted or past the deadline.
+    async fn wait_for_grant(
+        &self,
+        owner: &Owner,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<HeldPart>> {
+        if let Attempt::Granted(part) = self.attempt(owner, lease).await? {
+            return Ok(Some(part));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        // Subscribe before the next attempt: a release between that attempt
+        // and the wait below is then a message we receive.
+        let patience = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let subscription = self
+            .inner
+            .node
+            .subscribe(&self.inner.channel, patience)
+            .await;
+        loop {
+            let woken = subscription.wake().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let ttl = match self.attempt(owner, lease).await? {
+                Attempt::Granted(part) => return Ok(Some(part)),
+                Attempt::Taken(ttl) => ttl,
+            };
+            let mut nap = ttl.unwrap_or(MAX_BLIND_WAIT);
+            if let Some(deadline) = deadline {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(None);
+                }
+                nap = nap.min(deadline - now);
+            }
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+
+    /// One acquire request. If the caller goes away while it is in flight,
+    /// the request still completes and a grant is released; if its outcome
+    /// is unknown (timeout, broken connection), it is rolled back in the
+    /// background on the same connection, behind the request.
+    pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
+        let field = self.field(owner);
+        let sent_at = Instant::now();
+        let request = self.clone().send_acquire(field.clone(), lease);
+        let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
+        match sent.reply {
+            Ok(AcquireReply::Granted(token)) => {
+                // No await between the grant and the part: from here on,
+                // dropping releases.
+                let renewal = lease.is_none().then(|| {
+                    self.inner.client.inner().watchdogs.register(
+                        &self.inner.node,
+                        &self.inner.name,
+                        &field,
+                    )
+                });
+                Ok(Attempt::Granted(HeldPart::new(
+                    self.clone(),
+                    field,
+                    lease,
+                    renewal,
+                    token,
+                    sent_at,
+                )))
+            }
+            Ok(AcquireReply::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
+            Err(err) => {
+                if err.outcome_unknown() {
+                    let rollback = Rollback {
+                        patience: self.rollback_patience(lease),
+                        lock: self.clone(),
+                        field,
+                        lease,
+                        conn: sent.conn,
+                    };
+                    tokio::spawn(rollback.run());
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Sends the acquire script. Owns everything it needs, so it can finish
+    /// on its own, and keeps its connection for a rollback.
+    async fn send_acquire(self, field: Arc<str>, lease: Option<Duration>) -> SentAcquire {
+        let mut sent = SentAcquire {
+            reply: Ok(AcquireReply::Taken(None)),
+            conn: None,
+            lock: self,
+            field,
+            lease,
+        };
+        let mut conn = match sent.lock.inner.node.checkout().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                sent.reply = Err(err);
+                return sent;
+            }
+        };
+        let lock = &sent.lock;
+        let lease_ms = lock.lease_ms(lease);
+        sent.reply = match &lock.inner.token_key {
+            None => {
+                let mut invocation = scripts::ACQUIRE.key(&lock.inner.name);
+                invocation.arg(lease_ms).arg(&*sent.field);
+                conn.invoke::<Option<i64>>(&invocation)
+                    .await
+                    .map(|reply| match reply {
+                        None => AcquireReply::Granted(None),
+                        Some(pttl) => AcquireReply::Taken(ttl_from_pttl(pttl)),
+                    })
+            }
+            Some(token_key) => {
+                let mut invocation = scripts::ACQUIRE_FENCED.key(&lock.inner.name);
+                invocation.key(token_key).arg(lease_ms).arg(&*sent.field);
+                conn.invoke::<(i64, i64)>(&invocation)
+                    .await
+                    .map(|reply| match reply {
+                        (1, token) => AcquireReply::Granted(Some(token.max(0) as u64)),
+                        (_, pttl) => AcquireReply::Taken(ttl_from_pttl(pttl)),
+                    })
+            }
+        };
+        sent.conn = Some(conn);
+        sent
+    }
+
+    /// How long a rollback of an unanswered acquire waits for its reply: as
+    /// long as the acquire's lease, the longest that acquire could matter.
+    fn rollback_patience(&self, lease: Option<Duration>) -> Duration {
+        Duration::from_millis(self.lease_ms(lease)).max(self.inner.node.response_timeout())
+    }
+
+    fn lease_ms(&self, lease: Option<Duration>) -> u64 {
+        lease
+            .unwrap_or_else(|| self.inner.client.watchdog_timeout())
+            .as_millis() as u64
+    }
+
+    fn release_invocation(
+        &self,
+        field: &str,
+        lease: Option<Duration>,
+    ) -> redis::ScriptInvocation<'static> {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let latch = scripts::unlock_latch_key(&self.inner.name, &request_id);
+        let mut invocation = scripts::RELEASE.key(&self.inner.name);
+        invocation
+            .key(&self.inner.channel)
+            .key(&latch)
+            .arg(self.lease_ms(lease))
+            .arg(field)
+            .arg(scripts::UNLOCK_LATCH_TTL_MS)
+            .arg(scripts::UNLOCK_MESSAGE);
+        invocation
+    }
+
+    /// Releases one hold of `field`. A release whose outcome is unknown
+    /// (timeout, broken connection) is retried once with the same request
+    /// id: the unlock latch makes the retry return the first result.
+    pub(crate) async fn release_field(
+        &self,
+        field: &str,
+        lease: Option<Duration>,
+    ) -> Result<Released> {
+        let invocation = self.release_invocation(field, lease);
+        self.traced_release(async {
+            let reply = self.inner.node.invoke(&invocation).await;
+            match reply {
+                Err(err) if err.outcome_unknown() => self.inner.node.invoke(&invocation).await,
+                reply => reply,
+            }
+        })
+        .await
+    }
+
+    async fn traced_release(
+        &self,
+        release: impl Future<Output = Result<Option<i64>>>,
+    ) -> Result<Released> {
+        let started = Instant::now();
+        let span = tracing::debug_span!("release", lock = %self.inner.name, node = %self.inner.node.addr());
+        let outcome = match release.instrument(span.clone()).await {
+            Ok(Some(0)) => Ok(Released::StillHeld),
+            Ok(Some(_)) => Ok(Released::Deleted),
+            Ok(None) => Err(Error::NotHeld {
+                lock: self.inner.name.clone(),
+                node: self.inner.node.addr().to_owned(),
+            }),
+            Err(err) => Err(err),
+        };
+        let elapsed_us = started.elapsed().as_micros() as u64;
+        span.in_scope(|| match &outcome {
+            Ok(released) => tracing::debug!(elapsed_us, ?released, "released"),
+            Err(err) => tracing::debug!(elapsed_us, error = %err, "release failed"),
+        });
+        outcome
+    }
+
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
+    /// whether it was held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// One request; if dropped after sending, it may or may not be applied.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let mut invocation = scripts::FORCE_UNLOCK.key(&self.inner.name);
+        invocation
+            .key(&self.inner.channel)
+            .arg(scripts::UNLOCK_MESSAGE);
+        let deleted: i64 = self.inner.node.invoke(&invocation).await?;
+        Ok(deleted == 1)
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.inner
+            .node
+            .query(redis::cmd("EXISTS").arg(&self.inner.name))
+            .await
+    }
+
+    /// Whether the owner of this handle (see [`Lock::owner`]) holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn is_held_by_current_owner(&self) -> Result<bool> {
+        let field = self.field(&self.owner());
+        self.inner
+            .node
+            .query(redis::cmd("HEXISTS").arg(&self.inner.name).arg(&*field))
+            .await
+    }
+
+    /// How many times the owner of this handle holds the lock (0 when not).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn hold_count(&self) -> Result<u32> {
+        let field = self.field(&self.owner());
+        let count: Option<u32> = self
+            .inner
+            .node
+            .query(redis::cmd("HGET").arg(&self.inner.name).arg(&*field))
+            .await?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// The lock's remaining time to live; `None` when it is not held (or has
+    /// no expiry).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        let pttl: i64 = self
+            .inner
+            .node
+            .query(redis::cmd("PTTL").arg(&self.inner.name))
+            .await?;
+        Ok(ttl_from_pttl(pttl))
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.inner.name)
+            .field("node", &self.inner.node.addr())
+            .field("owner", &self.owner)
+            .field("fenced", &self.is_fenced())
+            .finish()
+    }
+}
+
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid("lease must be at least 1 ms"));
+    }
+    Ok(())
+}
+
+fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
+    (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+}
+
+/// An acquire request that was sent, with its connection and reply.
+struct SentAcquire {
+    lock: Lock,
+    field: Arc<str>,
+    lease: Option<Duration>,
+    conn: Option<Conn>,
+    reply: Result<AcquireReply>,
+}
+
+impl SentAcquire {
+    /// Nobody takes this reply: undo whatever it may have done.
+    async fn settle(self) {
+        let patience = match &self.reply {
+            Ok(AcquireReply::Granted(_)) => self.lock.inner.node.response_timeout(),
+            Err(err) if err.outcome_unknown() => self.lock.rollback_patience(self.lease),
+            _ => return,
+        };
+        Rollback {
+            lock: self.lock,
+            field: self.field,
+            lease: self.lease,
+            conn: self.conn,
+            patience,
+        }
+        .run()
+        .await
+    }
+}
+
+/// The release of an acquire nobody will hold. It goes on the acquire's own
+/// connection, so it is applied after the acquire even when the node was
+/// paused in between.
+struct Rollback {
+    lock: Lock,
+    field: Arc<str>,
+    lease: Option<Duration>,
+    conn: Option<Conn>,
+    patience: Duration,
+}
+
+impl Rollback {
+    async fn run(self) {
+        let Some(mut conn) = self.conn else {
+            return;
+        };
+        let invocation = self.lock.release_invocation(&self.field, self.lease);
+        let outcome = self
+            .lock
+            .traced_release(conn.invoke_patiently(&invocation, self.patience))
+            .await;
+        match outcome {
+            Ok(_) | Err(Error::NotHeld { .. }) => {}
+            Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
+        }
+    }
+}

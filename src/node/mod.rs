@@ -1,0 +1,367 @@
+//! One Redis master: its command pool, its shared subscription, its timeouts.
+
+mod pool;
+mod subscriber;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool::Runtime;
+use deadpool::managed::{PoolError, Timeouts};
+use redis::{ConnectionAddr, FromRedisValue, ProtocolVersion};
+
+use crate::error::{Error, Result, Unavailable};
+pub(crate) use subscriber::Subscription;
+
+/// Default number of pooled command connections per node.
+pub const DEFAULT_POOL_SIZE: usize = 8;
+/// Default time to establish a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default time to wait for a reply (Redisson's `timeout`).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One Redis master.
+///
+/// A node owns a pool of command connections and one subscription connection
+/// shared by every waiter of this process on that node. It connects lazily:
+/// building a `Node` for a server that is down succeeds, operations then fail
+/// with [`Error::NodeUnavailable`] and work again once the server is back.
+///
+/// Cloning is cheap and clones share the pool and the subscription.
+///
+/// The password of the URL never appears in `Debug` output, errors or logs:
+/// a node is named by its address, `host:port`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use multilock::Node;
+///
+/// let node = Node::new("redis://127.0.0.1:6379")?;
+/// let secured = Node::builder("redis://app:s3cret@127.0.0.1:6380/0")
+///     .pool_size(16)
+///     .response_timeout(Duration::from_millis(500))
+///     .build()?;
+/// assert_eq!(secured.addr(), "127.0.0.1:6380");
+/// assert!(!format!("{secured:?}").contains("s3cret"));
+/// # Ok::<(), multilock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    id: u64,
+    addr: String,
+    pool: pool::Pool,
+    subscriber: subscriber::Subscriber,
+    response_timeout: Duration,
+}
+
+/// Builds a [`Node`]; see [`Node::builder`].
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build()`"]
+pub struct NodeBuilder {
+    url: String,
+    pool_size: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl fmt::Debug for NodeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+impl NodeBuilder {
+    /// Maximum pooled command connections (default [`DEFAULT_POOL_SIZE`]).
+    /// Each connection is multiplexed; a checkout lasts one round trip.
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Time allowed to establish a connection (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Time allowed for a reply, and for a pooled connection to become free
+    /// (default [`DEFAULT_RESPONSE_TIMEOUT`]).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings and builds the node. Nothing is sent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a URL that does not parse, a scheme
+    /// other than `redis://` / `rediss://` (the latter needs the `tls`
+    /// feature), a zero pool size or a zero timeout.
+    pub fn build(self) -> Result<Node> {
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size must be at least 1"));
+        }
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(Error::invalid("node timeouts must be greater than zero"));
+        }
+        let shown = redact_url(&self.url);
+        let scheme_ok = self.url.starts_with("redis://") || self.url.starts_with("rediss://");
+        if !scheme_ok {
+            return Err(Error::invalid(format!(
+                "Redis URL {shown:?} must start with redis:// or rediss://"
+            )));
+        }
+        if self.url.starts_with("rediss://") && !cfg!(feature = "tls") {
+            return Err(Error::invalid(format!(
+                "Redis URL {shown:?} uses TLS: enable the `tls` feature of multilock"
+            )));
+        }
+        let info = redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
+            .map_err(|_| Error::invalid(format!("Redis URL {shown:?} does not parse")))?;
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+            ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+            other => format!("{other}"),
+        };
+        // RESP3: the subscription shares one connection with pushes, and
+        // command connections report their own disconnection.
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let client = redis::Client::open(info)
+            .map_err(|_| Error::invalid(format!("Redis URL {shown:?} is not usable")))?;
+
+        let factory = pool::ConnectionFactory {
+            client: client.clone(),
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        };
+        let pool = pool::Pool::builder(factory)
+            .max_size(self.pool_size)
+            .runtime(Runtime::Tokio1)
+            .timeouts(Timeouts {
+                wait: Some(self.response_timeout),
+                create: Some(self.connect_timeout),
+                recycle: None,
+            })
+            .build()
+            .map_err(|e| Error::invalid(format!("connection pool: {e}")))?;
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Ok(Node {
+            inner: Arc::new(NodeInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                subscriber: subscriber::Subscriber::new(
+                    addr.clone(),
+                    client,
+                    self.connect_timeout,
+                    self.response_timeout,
+                ),
+                addr,
+                pool,
+                response_timeout: self.response_timeout,
+            }),
+        })
+    }
+}
+
+impl Node {
+    /// A node with default settings. Lazy: nothing is sent until used.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad URL (see [`NodeBuilder::build`]).
+    pub fn new(url: &str) -> Result<Node> {
+        Node::builder(url).build()
+    }
+
+    /// A builder to set the pool size and timeouts.
+    pub fn builder(url: impl Into<String>) -> NodeBuilder {
+        NodeBuilder {
+            url: url.into(),
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// The node's address, `host:port`, as shown in errors and logs.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// The reply timeout this node was built with.
+    pub fn response_timeout(&self) -> Duration {
+        self.inner.response_timeout
+    }
+
+    /// True when both handles are the same node (clones of one `Node`), or
+    /// point at the same address.
+    pub(crate) fn same_server(&self, other: &Node) -> bool {
+        self.inner.id == other.inner.id || self.inner.addr == other.inner.addr
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Runs one script on a pooled connection: one round trip (EVALSHA; the
+    /// script is loaded on the first NOSCRIPT).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        self.checkout().await?.invoke(invocation).await
+    }
+
+    /// Runs one command on a pooled connection.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.checkout().await?;
+        let result = cmd.query_async(&mut conn.object.conn).await;
+        conn.finish(result)
+    }
+
+    /// Takes a connection from the pool (no I/O unless one must be created).
+    pub(crate) async fn checkout(&self) -> Result<Conn> {
+        let object = self.inner.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
+            PoolError::Timeout(_) => Error::NodeUnavailable {
+                node: self.inner.addr.clone(),
+                reason: Unavailable::Timeout,
+                source: None,
+            },
+            _ => Error::NodeUnavailable {
+                node: self.inner.addr.clone(),
+                reason: Unavailable::Refused,
+                source: None,
+            },
+        })?;
+        Ok(Conn {
+            object,
+            node: self.clone(),
+        })
+    }
+
+    /// Registers a waiter on `channel` of this node's shared subscription.
+    /// Waits at most `max_wait` for the server to confirm.
+    pub(crate) async fn subscribe(&self, channel: &str, max_wait: Duration) -> Subscription {
+        self.inner.subscriber.subscribe(channel, max_wait).await
+    }
+}
+
+/// A pooled connection of one node, held for one request (or, for a
+/// rollback, for the request that follows it on the same connection:
+/// commands on one connection are applied in order).
+pub(crate) struct Conn {
+    object: deadpool::managed::Object<pool::ConnectionFactory>,
+    node: Node,
+}
+
+impl Conn {
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &mut self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T> {
+        let result = invocation.invoke_async(&mut self.object.conn).await;
+        self.finish(result)
+    }
+
+    /// Like [`Conn::invoke`], waiting up to `patience` for the reply instead
+    /// of the node's response timeout: for a rollback queued behind a request
+    /// whose reply did not come (a paused node).
+    pub(crate) async fn invoke_patiently<T: FromRedisValue>(
+        &mut self,
+        invocation: &redis::ScriptInvocation<'_>,
+        patience: Duration,
+    ) -> Result<T> {
+        let mut conn = self.object.conn.clone();
+        conn.set_response_timeout(patience);
+        let result = invocation.invoke_async(&mut conn).await;
+        self.finish(result)
+    }
+
+    fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
+        result.map_err(|err| {
+            self.object.note_error(&err);
+            Error::from_redis(&self.node.inner.addr, err)
+        })
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.addr)
+    }
+}
+
+/// The URL without its `user:password@` part.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return "<unparsable URL>".to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("redis://:p@ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact_url("nonsense"), "<unparsable URL>");
+    }
+
+    #[test]
+    fn bad_urls_are_typed_errors_without_secrets() {
+        for url in ["", "http://h:1", "redis://:hunter2@h:notaport", "redis://"] {
+            let err = Node::new(url).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{url}: {err}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+        assert!(Node::builder("redis://h:1").pool_size(0).build().is_err());
+        let err = Node::builder("redis://h:1")
+            .response_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)));
+    }
+
+    #[test]
+    fn lazy_outside_a_runtime() {
+        let node = Node::new("redis://u:hunter2@127.0.0.1:1").unwrap();
+        assert_eq!(node.addr(), "127.0.0.1:1");
+        assert!(!format!("{node:?}").contains("hunter2"));
+    }
+}

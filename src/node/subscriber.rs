@@ -1,0 +1,368 @@
+//! One node's shared subscription: a single RESP3 connection multiplexing
+//! every channel this process waits on at that node.
+//!
+//! Waiters register a channel and get a [`Subscription`]; a small actor task
+//! is the only one that sends SUBSCRIBE / UNSUBSCRIBE, so those commands never
+//! overtake each other, and it reconciles what waiters want with what the
+//! server has. Messages wake one waiter of the channel (the lock was released:
+//! one of them can take it); a disconnection wakes every waiter (messages may
+//! have been lost) and makes the actor subscribe again once the server is back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::aio::{AsyncPushSender, ConnectionManager, ConnectionManagerConfig, SendError};
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{Notify, mpsc};
+
+/// Consecutive subscribe timeouts after which the connection is rebuilt: a
+/// timeout alone does not make redis-rs reconnect a half-open connection.
+const REBUILD_AFTER_TIMEOUTS: u32 = 2;
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+pub(crate) struct Subscriber {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    node: String,
+    client: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// Started on first use, so a Node can be built outside a runtime.
+    actor: Mutex<Option<mpsc::UnboundedSender<Reconcile>>>,
+}
+
+struct Channel {
+    /// Woken once per message, and for everyone on a disconnection.
+    wake: Arc<Notify>,
+    /// Signalled when the server confirmed the subscription.
+    ready: Arc<Notify>,
+    waiters: usize,
+    subscribed: bool,
+}
+
+enum Reconcile {
+    One(String),
+    All,
+}
+
+/// A registered waiter on one channel. Dropping it unregisters; the last
+/// waiter of a channel leaving unsubscribes.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    wake: Arc<Notify>,
+}
+
+impl Subscription {
+    /// The notification a waiter selects on. Create (and `enable`) it before
+    /// the acquire attempt, so no release can slip between attempt and wait.
+    pub(crate) fn wake(&self) -> &Arc<Notify> {
+        &self.wake
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let mut channels = self.shared.channels.lock().unwrap();
+            match channels.get_mut(&self.channel) {
+                Some(ch) => {
+                    ch.waiters -= 1;
+                    ch.waiters == 0
+                }
+                None => false,
+            }
+        };
+        if last {
+            self.shared
+                .send(Reconcile::One(std::mem::take(&mut self.channel)));
+        }
+    }
+}
+
+impl Subscriber {
+    pub(crate) fn new(
+        node: String,
+        client: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Subscriber {
+            shared: Arc::new(Shared {
+                node,
+                client,
+                connect_timeout,
+                response_timeout,
+                channels: Mutex::new(HashMap::new()),
+                actor: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Registers a waiter on `channel` and waits (at most the response
+    /// timeout, and at most `max_wait`) until the server confirmed the subscription. When it cannot
+    /// confirm (node down), the waiter still gets a subscription: its waits
+    /// are bounded by the lock's TTL, so a lost message costs time, not a hang.
+    ///
+    /// Cancel safe: dropping the future unregisters the waiter.
+    pub(crate) async fn subscribe(&self, channel: &str, max_wait: Duration) -> Subscription {
+        let (wake, ready) = {
+            let mut channels = self.shared.channels.lock().unwrap();
+            let ch = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| Channel {
+                    wake: Arc::new(Notify::new()),
+                    ready: Arc::new(Notify::new()),
+                    waiters: 0,
+                    subscribed: false,
+                });
+            ch.waiters += 1;
+            let ready = (!ch.subscribed).then(|| ch.ready.clone());
+            (ch.wake.clone(), ready)
+        };
+        // Built now so that Drop unregisters if this future is cancelled below.
+        let subscription = Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            wake,
+        };
+        if let Some(ready) = ready {
+            let confirmed = ready.notified();
+            tokio::pin!(confirmed);
+            confirmed.as_mut().enable();
+            // Re-check after enabling: the actor may have confirmed in between.
+            if !self.shared.is_subscribed(channel) {
+                self.shared.send(Reconcile::One(channel.to_owned()));
+                let patience = self.shared.response_timeout.min(max_wait);
+                if tokio::time::timeout(patience, confirmed).await.is_err() {
+                    tracing::debug!(node = %self.shared.node, channel, "subscription not confirmed in time; waits fall back to the lock's TTL");
+                }
+            }
+        }
+        subscription
+    }
+}
+
+impl Shared {
+    fn is_subscribed(&self, channel: &str) -> bool {
+        self.channels
+            .lock()
+            .unwrap()
+            .get(channel)
+            .is_some_and(|c| c.subscribed)
+    }
+
+    fn send(self: &Arc<Self>, mut msg: Reconcile) {
+        let mut actor = self.actor.lock().unwrap();
+        if let Some(tx) = actor.as_ref() {
+            match tx.send(msg) {
+                Ok(()) => return,
+                Err(returned) => msg = returned.0,
+            }
+        }
+        // No actor yet (or it ended): start one, if there is a runtime.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(msg);
+        *actor = Some(tx);
+        handle.spawn(
+            Actor {
+                shared: Arc::downgrade(self),
+                conn: None,
+                timeouts_in_a_row: 0,
+            }
+            .run(rx),
+        );
+    }
+
+    /// The connection dropped: the server forgot our subscriptions and any
+    /// message published meanwhile is lost. Wake everyone to re-check.
+    fn on_disconnect(self: &Arc<Self>) {
+        {
+            let mut channels = self.channels.lock().unwrap();
+            for ch in channels.values_mut() {
+                ch.subscribed = false;
+                ch.wake.notify_waiters();
+            }
+        }
+        self.send(Reconcile::All);
+    }
+
+    fn on_message(&self, channel: &[u8]) {
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        if let Some(ch) = self.channels.lock().unwrap().get(channel) {
+            ch.wake.notify_one();
+        }
+    }
+}
+
+/// Routes pushes of the subscription connection. Runs inside the connection's
+/// driver, so it only takes a short std lock and never blocks.
+struct PushRouter(Weak<Shared>);
+
+impl AsyncPushSender for PushRouter {
+    fn send(&self, info: PushInfo) -> Result<(), SendError> {
+        let Some(shared) = self.0.upgrade() else {
+            return Err(SendError);
+        };
+        match info.kind {
+            PushKind::Message => {
+                if let Some(Value::BulkString(channel)) = info.data.first() {
+                    shared.on_message(channel);
+                }
+            }
+            PushKind::Disconnection => shared.on_disconnect(),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The only sender of SUBSCRIBE / UNSUBSCRIBE for one node. Ends when the node
+/// is dropped (its sender closes).
+struct Actor {
+    shared: Weak<Shared>,
+    conn: Option<ConnectionManager>,
+    timeouts_in_a_row: u32,
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Reconcile>) {
+        let mut pending: Vec<String> = Vec::new();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if pending.is_empty() {
+                match rx.recv().await {
+                    Some(msg) => self.collect(msg, &mut pending),
+                    None => return,
+                }
+            }
+            while let Ok(msg) = rx.try_recv() {
+                self.collect(msg, &mut pending);
+            }
+            pending.sort_unstable();
+            pending.dedup();
+
+            let mut failed = Vec::new();
+            for channel in pending.drain(..) {
+                let Some(shared) = self.shared.upgrade() else {
+                    return;
+                };
+                if !self.reconcile(&shared, &channel).await {
+                    failed.push(channel);
+                }
+            }
+            if failed.is_empty() {
+                backoff = Duration::from_millis(50);
+            } else {
+                // The node is unreachable: retry later; waiters are bounded
+                // by their lock's TTL meanwhile.
+                pending = failed;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+
+    fn collect(&self, msg: Reconcile, pending: &mut Vec<String>) {
+        match msg {
+            Reconcile::One(channel) => pending.push(channel),
+            Reconcile::All => {
+                if let Some(shared) = self.shared.upgrade() {
+                    pending.extend(shared.channels.lock().unwrap().keys().cloned());
+                }
+            }
+        }
+    }
+
+    /// Brings one channel to the wanted state. False when the node failed.
+    async fn reconcile(&mut self, shared: &Arc<Shared>, channel: &str) -> bool {
+        let (want, have) = match shared.channels.lock().unwrap().get(channel) {
+            Some(ch) => (ch.waiters > 0, ch.subscribed),
+            None => return true,
+        };
+        if want == have {
+            if !want {
+                Self::forget_if_unused(shared, channel);
+            }
+            return true;
+        }
+        let conn = self.connection(shared);
+        let result = if want {
+            tokio::time::timeout(shared.response_timeout, conn.subscribe(channel)).await
+        } else {
+            tokio::time::timeout(shared.response_timeout, conn.unsubscribe(channel)).await
+        };
+        match result {
+            Ok(Ok(())) => {
+                self.timeouts_in_a_row = 0;
+                let mut channels = shared.channels.lock().unwrap();
+                if let Some(ch) = channels.get_mut(channel) {
+                    ch.subscribed = want;
+                    if want {
+                        ch.ready.notify_waiters();
+                    } else if ch.waiters == 0 {
+                        channels.remove(channel);
+                    } else {
+                        // A waiter arrived while we unsubscribed: go again.
+                        drop(channels);
+                        shared.send(Reconcile::One(channel.to_owned()));
+                    }
+                }
+                true
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(node = %shared.node, channel, error = %err, "subscription change failed");
+                if !want {
+                    // The server drops subscriptions with the connection anyway.
+                    Self::forget_if_unused(shared, channel);
+                    return true;
+                }
+                false
+            }
+            Err(_elapsed) => {
+                self.timeouts_in_a_row += 1;
+                if self.timeouts_in_a_row >= REBUILD_AFTER_TIMEOUTS {
+                    tracing::debug!(node = %shared.node, "subscription connection unresponsive; rebuilding it");
+                    self.conn = None;
+                    self.timeouts_in_a_row = 0;
+                    // A rebuilt connection has no subscriptions.
+                    for ch in shared.channels.lock().unwrap().values_mut() {
+                        ch.subscribed = false;
+                    }
+                    shared.send(Reconcile::All);
+                }
+                !want
+            }
+        }
+    }
+
+    fn forget_if_unused(shared: &Shared, channel: &str) {
+        let mut channels = shared.channels.lock().unwrap();
+        if channels.get(channel).is_some_and(|c| c.waiters == 0) {
+            channels.remove(channel);
+        }
+    }
+
+    fn connection(&mut self, shared: &Arc<Shared>) -> &mut ConnectionManager {
+        self.conn.get_or_insert_with(|| {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(shared.connect_timeout))
+                .set_response_timeout(Some(shared.response_timeout))
+                // The stock limit (6 retries, ~10 s) gives up for good.
+                .set_number_of_retries(usize::MAX)
+                .set_max_delay(MAX_BACKOFF)
+                .set_push_sender(PushRouter(Arc::downgrade(shared)));
+            ConnectionManager::new_lazy_with_config(shared.client.clone(), config)
+                .expect("a lazy connection manager with a push sender on RESP3")
+        })
+    }
+}

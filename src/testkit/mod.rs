@@ -1,0 +1,68 @@
+//! A kit for tests against real Redis servers (feature `testkit`).
+//!
+//! Two backends with one API, [`TestServer`]: [`RedisProcess`] runs
+//! `redis-server` processes on free loopback ports, and (see
+//! [`containers`]) Docker containers through testcontainers. Each can be
+//! killed, paused, restarted on the same port, partitioned and healed, so a
+//! failover test runs on either.
+//!
+//! ```no_run
+//! use multilock::testkit::{RedisProcess, TestServer};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let mut server = RedisProcess::start().await?;
+//! let node = multilock::Node::new(&server.url()).unwrap();
+//! server.pause().await?;   // SIGSTOP: requests time out
+//! server.unpause().await?;
+//! server.kill().await?;    // SIGKILL: connections refused
+//! server.restart().await?; // same port, empty
+//! # Ok(()) }
+//! ```
+
+mod process;
+
+use std::io;
+
+pub use process::RedisProcess;
+
+/// A Redis server under test, with the faults a test can inject.
+///
+/// Every method is async so container backends can implement it; the
+/// process backend finishes each at once.
+pub trait TestServer: Send {
+    /// `redis://host:port` reaching the server from this process.
+    fn url(&self) -> String;
+
+    /// Stops the server at once (SIGKILL / container kill): its data is lost
+    /// and connections are refused until [`TestServer::restart`].
+    fn kill(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Freezes the server (SIGSTOP / docker pause): connections stay open,
+    /// requests get no reply.
+    fn pause(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Resumes a paused server; it then answers what was queued.
+    fn unpause(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Starts the server again on the same port, empty (no persistence);
+    /// kills it first if it runs. Returns once it answers PING.
+    fn restart(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Cuts the server off the network while it keeps running. For
+    /// processes this is a SIGSTOP (to a client, a partition and a freeze
+    /// look alike: requests time out); containers are disconnected from
+    /// their network.
+    fn partition(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+
+    /// Undoes [`TestServer::partition`].
+    fn heal(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// Scripts the crate sends, as `(name, source hash)`, so tests can check them
+/// against `SCRIPT LOAD`.
+pub fn script_hashes() -> Vec<(&'static str, String)> {
+    crate::scripts::all()
+        .iter()
+        .map(|(name, script)| (*name, script.get_hash().to_owned()))
+        .collect()
+}

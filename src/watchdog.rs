@@ -1,0 +1,240 @@
+//! Lease renewal for locks held without an explicit lease.
+//!
+//! Per client and node, one timer ticks every `watchdog_timeout / 3` and
+//! renews every lock held there in batched script calls (one call per
+//! [`RENEW_BATCH_SIZE`] locks). A lock found gone stops being renewed and its
+//! guards learn it through `lost()`; a node error is logged and retried on the
+//! next tick, and does not touch other nodes' timers.
+//!
+//! No renewal outlives an unlock: the release first removes its entry, then
+//! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
+//! and only then sends the release.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::node::Node;
+use crate::scripts;
+
+/// Locks renewed per script call.
+pub(crate) const RENEW_BATCH_SIZE: usize = 500;
+
+/// Every node's watchdog of one client.
+pub(crate) struct Watchdogs {
+    timeout: Duration,
+    by_node: Mutex<HashMap<u64, Arc<NodeWatchdog>>>,
+}
+
+/// One node's timer and the locks it renews.
+pub(crate) struct NodeWatchdog {
+    node: Node,
+    timeout: Duration,
+    entries: Mutex<Entries>,
+    /// Held for the length of one renewal round; see the module docs.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_lock: HashMap<EntryKey, Entry>,
+    timer_running: bool,
+}
+
+/// Lock key and hash field: one renewal per (lock, owner), shared by
+/// re-entrant holds.
+type EntryKey = (String, Arc<str>);
+
+struct Entry {
+    holds: usize,
+    lost: watch::Sender<bool>,
+}
+
+/// A lock part's registration with its node's watchdog. Stopping it (or
+/// dropping it) ends the renewal once the last re-entrant hold stops.
+pub(crate) struct Renewal {
+    dog: Arc<NodeWatchdog>,
+    key: EntryKey,
+    lost: watch::Receiver<bool>,
+    stopped: bool,
+}
+
+impl Watchdogs {
+    pub(crate) fn new(timeout: Duration) -> Self {
+        Watchdogs {
+            timeout,
+            by_node: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Starts renewing `key`/`field` on `node`. Call right after the grant.
+    pub(crate) fn register(&self, node: &Node, key: &str, field: &Arc<str>) -> Renewal {
+        let dog = self
+            .by_node
+            .lock()
+            .unwrap()
+            .entry(node.id())
+            .or_insert_with(|| {
+                Arc::new(NodeWatchdog {
+                    node: node.clone(),
+                    timeout: self.timeout,
+                    entries: Mutex::new(Entries::default()),
+                    renewing: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone();
+        dog.register((key.to_owned(), field.clone()))
+    }
+}
+
+impl NodeWatchdog {
+    fn register(self: &Arc<Self>, key: EntryKey) -> Renewal {
+        let mut entries = self.entries.lock().unwrap();
+        let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
+            holds: 0,
+            lost: watch::channel(false).0,
+        });
+        entry.holds += 1;
+        let lost = entry.lost.subscribe();
+        if !entries.timer_running {
+            entries.timer_running = true;
+            tokio::spawn(
+                Timer {
+                    dog: Arc::downgrade(self),
+                }
+                .run(),
+            );
+        }
+        Renewal {
+            dog: self.clone(),
+            key,
+            lost,
+            stopped: false,
+        }
+    }
+
+    /// Waits until no renewal call is under way on this node.
+    pub(crate) async fn quiesce(&self) {
+        drop(self.renewing.lock().await);
+    }
+
+    /// One round: renew every registered lock, in batches. The `renewing`
+    /// lock is taken before the snapshot, so a lock deregistered before the
+    /// snapshot is not renewed, and one deregistered after it waits for us.
+    async fn renew_all(&self) {
+        let _round = self.renewing.lock().await;
+        let batch: Vec<EntryKey> = self
+            .entries
+            .lock()
+            .unwrap()
+            .by_lock
+            .keys()
+            .cloned()
+            .collect();
+        let lease_ms = self.timeout.as_millis() as u64;
+        for chunk in batch.chunks(RENEW_BATCH_SIZE) {
+            let started = Instant::now();
+            let mut invocation = scripts::RENEW_BATCH.prepare_invoke();
+            invocation.arg(lease_ms);
+            for (key, field) in chunk {
+                invocation.key(key.as_str()).arg(&**field);
+            }
+            let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
+            let result: crate::Result<Vec<i64>> =
+                self.node.invoke(&invocation).instrument(span.clone()).await;
+            let _enter = span.enter();
+            match result {
+                Ok(renewed) => {
+                    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "renewed");
+                    let mut entries = self.entries.lock().unwrap();
+                    for (key, ok) in chunk.iter().zip(renewed) {
+                        if ok == 0 {
+                            if let Some(entry) = entries.by_lock.remove(key) {
+                                tracing::warn!(lock = %key.0, "lock found gone during renewal");
+                                entry.lost.send_replace(true);
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "renewal failed; retrying next tick");
+                }
+            }
+        }
+    }
+}
+
+impl Renewal {
+    /// Resolves when the renewal found the lock gone.
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        // A closed channel means the entry was dropped, which only happens
+        // once the lock is gone.
+        let _ = lost.wait_for(|gone| *gone).await;
+    }
+
+    /// Stops renewing (the last hold out removes the entry) and returns the
+    /// watchdog, whose [`NodeWatchdog::quiesce`] the release must await
+    /// before it is sent.
+    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
+        self.deregister();
+        self.dog.clone()
+    }
+
+    fn deregister(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
+        let mut entries = self.dog.entries.lock().unwrap();
+        if let Some(entry) = entries.by_lock.get_mut(&self.key) {
+            entry.holds -= 1;
+            if entry.holds == 0 {
+                entries.by_lock.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.deregister();
+    }
+}
+
+/// The per-node timer. Holds only a weak reference (bb8's reaper pattern) and
+/// ends when its node has nothing left to renew, or the client is gone.
+struct Timer {
+    dog: Weak<NodeWatchdog>,
+}
+
+impl Timer {
+    async fn run(self) {
+        let period = match self.dog.upgrade() {
+            Some(dog) => dog.timeout / 3,
+            None => return,
+        };
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(dog) = self.dog.upgrade() else {
+                return;
+            };
+            {
+                let mut entries = dog.entries.lock().unwrap();
+                if entries.by_lock.is_empty() {
+                    entries.timer_running = false;
+                    return;
+                }
+            }
+            dog.renew_all().await;
+        }
+    }
+}

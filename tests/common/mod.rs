@@ -1,0 +1,94 @@
+//! Shared helpers of the integration tests: real redis-server processes
+//! from the test kit, and raw connections to inspect what is on the server.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use multilock::testkit::{RedisProcess, TestServer};
+use multilock::{Client, Node};
+
+pub const WATCHDOG: Duration = Duration::from_secs(1);
+
+pub async fn server() -> RedisProcess {
+    RedisProcess::start().await.expect("start redis-server")
+}
+
+pub async fn servers(n: usize) -> Vec<RedisProcess> {
+    RedisProcess::start_many(n)
+        .await
+        .expect("start redis-servers")
+}
+
+pub fn node(server: &RedisProcess) -> Node {
+    Node::builder(server.url())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+pub fn client() -> Client {
+    Client::builder()
+        .watchdog_timeout(WATCHDOG)
+        .build()
+        .unwrap()
+}
+
+/// A plain connection for looking at the server directly.
+pub async fn raw(server: &RedisProcess) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+pub async fn exists(server: &RedisProcess, key: &str) -> bool {
+    let mut conn = raw(server).await;
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// `INFO commandstats` as command -> calls.
+pub async fn command_calls(server: &RedisProcess) -> HashMap<String, u64> {
+    let mut conn = raw(server).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Calls per command between two snapshots, nonzero only.
+pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+pub async fn server_url_of(server: &RedisProcess) -> String {
+    server.url()
+}
