@@ -62,6 +62,7 @@ pub struct Lock {
     owner: Option<Owner>,
 }
 
+#[derive(Clone)]
 struct LockInner {
     client: Client,
     node: Node,
@@ -69,6 +70,8 @@ struct LockInner {
     channel: String,
     /// Set when fencing tokens are on.
     token_key: Option<String>,
+    /// Replicas that must acknowledge a grant, and how long to wait for them.
+    replica_sync: Option<(u32, Duration)>,
 }
 
 /// One acquire attempt on one node.
@@ -104,6 +107,7 @@ impl Lock {
                 channel: scripts::channel_name(&name),
                 name,
                 token_key: None,
+                replica_sync: None,
             }),
             owner: None,
         })
@@ -141,14 +145,51 @@ impl Lock {
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
     /// lock) and the guard carries the value ([`Guard::fencing_token`]).
     pub fn with_fencing(&self) -> Lock {
+        self.rebuilt(|inner| inner.token_key = Some(scripts::token_key(&inner.name)))
+    }
+
+    /// This lock with replica sync: after each grant, `WAIT replicas timeout`
+    /// on the same connection (Redisson's replica-sync check). When fewer
+    /// replicas acknowledge in time, the grant is released and the acquire
+    /// fails with [`Error::ReplicaSync`]: a lock that a failover could lose
+    /// is never handed out. Costs one more round trip per acquire (plus the
+    /// replication delay).
+    ///
+    /// This narrows the failover window of a primary with replicas; it does
+    /// not close it (a replica can acknowledge and still not be the one
+    /// promoted). Independent masters ([`MultiLock`](crate::MultiLock),
+    /// [`RedLock`](crate::RedLock)) do not depend on replication at all.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `replicas` is 0 or `timeout` is under
+    /// 1 ms (`WAIT` with 0 would block forever).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let client = multilock::Client::new();
+    /// # let primary = multilock::Node::new("redis://127.0.0.1:6379")?;
+    /// use std::time::Duration;
+    /// let lock = client.lock(&primary, "orders:42")?
+    ///     .with_replica_sync(1, Duration::from_millis(100))?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    pub fn with_replica_sync(&self, replicas: u32, timeout: Duration) -> Result<Lock> {
+        if replicas == 0 {
+            return Err(Error::invalid("replica sync needs at least one replica"));
+        }
+        if timeout < Duration::from_millis(1) {
+            return Err(Error::invalid("replica sync timeout must be at least 1 ms"));
+        }
+        Ok(self.rebuilt(|inner| inner.replica_sync = Some((replicas, timeout))))
+    }
+
+    fn rebuilt(&self, change: impl FnOnce(&mut LockInner)) -> Lock {
+        let mut inner = (*self.inner).clone();
+        change(&mut inner);
         Lock {
-            inner: Arc::new(LockInner {
-                client: self.inner.client.clone(),
-                node: self.inner.node.clone(),
-                name: self.inner.name.clone(),
-                channel: self.inner.channel.clone(),
-                token_key: Some(scripts::token_key(&self.inner.name)),
-            }),
+            inner: Arc::new(inner),
             owner: self.owner.clone(),
         }
     }
@@ -411,8 +452,43 @@ impl Lock {
                     })
             }
         };
+        if let (Ok(AcquireReply::Granted(_)), Some((replicas, timeout))) =
+            (&sent.reply, lock.inner.replica_sync)
+        {
+            if let Err(err) = lock.sync_replicas(&mut conn, &sent.field, sent.lease, replicas, timeout).await {
+                sent.reply = Err(err);
+            }
+        }
         sent.conn = Some(conn);
         sent
+    }
+
+    /// `WAIT` for the grant just made on `conn` to reach `replicas`; when it
+    /// does not, release it again (same connection, so in order).
+    async fn sync_replicas(
+        &self,
+        conn: &mut Conn,
+        field: &str,
+        lease: Option<Duration>,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        let patience = timeout + self.inner.node.response_timeout();
+        let acknowledged = conn.query_patiently::<u32>(&wait, patience).await?;
+        if acknowledged >= replicas {
+            return Ok(());
+        }
+        let release = self.release_invocation(field, lease);
+        self.traced_release(conn.invoke_patiently(&release, self.inner.node.response_timeout()))
+            .await?;
+        Err(Error::ReplicaSync {
+            lock: self.inner.name.clone(),
+            node: self.inner.node.addr().to_owned(),
+            required: replicas,
+            acknowledged,
+        })
     }
 
     /// How long a rollback of an unanswered acquire waits for its reply: as
@@ -585,6 +661,7 @@ impl fmt::Debug for Lock {
             .field("node", &self.inner.node.addr())
             .field("owner", &self.owner)
             .field("fenced", &self.is_fenced())
+            .field("replica_sync", &self.inner.replica_sync)
             .finish()
     }
 }

@@ -296,6 +296,18 @@ impl Conn {
         self.finish(result)
     }
 
+    /// A command, waiting up to `patience` for the reply.
+    pub(crate) async fn query_patiently<T: FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+        patience: Duration,
+    ) -> Result<T> {
+        let mut conn = self.object.conn.clone();
+        conn.set_response_timeout(patience);
+        let result = cmd.query_async(&mut conn).await;
+        self.finish(result)
+    }
+
     fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
         result.map_err(|err| {
             self.object.note_error(&err);
