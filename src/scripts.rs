@@ -47,27 +47,23 @@ pub(crate) fn unlock_latch_key(lock: &str, request_id: &str) -> String {
 /// KEYS[1] lock key. ARGV[1] lease (ms), ARGV[2] field.
 /// Reply: nil when granted (or re-entered); else the key's PTTL in ms
 /// (-1 when the key has no expiry).
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+const ACQUIRE_LUA: &str = r#"
 if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
 return redis.call('pttl', KEYS[1])
-"#,
-    )
-});
+"#;
 
 /// Acquire with a fencing token (Redisson's fenced lock).
 ///
 /// KEYS[1] lock key, KEYS[2] token counter. ARGV[1] lease (ms), ARGV[2] field.
 /// Reply: `{1, token}` when granted (the counter is INCRed on a first grant;
 /// a re-entry reads the current value), `{0, pttl}` otherwise.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
+const ACQUIRE_FENCED_LUA: &str = r#"
 local exists = redis.call('exists', KEYS[1])
 if (exists == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -81,17 +77,14 @@ if (exists == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
     return {1, token}
 end
 return {0, redis.call('pttl', KEYS[1])}
-"#,
-    )
-});
+"#;
 
 /// Raise a fencing counter to at least a value (multi-node fencing: every
 /// granted node's counter reaches the token handed out).
 ///
 /// KEYS[1] token counter. ARGV[1] minimum. Reply: the counter afterwards.
-pub(crate) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
+const RAISE_TOKEN_LUA: &str = r#"
 local current = tonumber(redis.call('get', KEYS[1]) or '0')
 local wanted = tonumber(ARGV[1])
 if current < wanted then
@@ -99,9 +92,7 @@ if current < wanted then
     return wanted
 end
 return current
-"#,
-    )
-});
+"#;
 
 /// Release (idempotent through the unlock latch).
 ///
@@ -110,9 +101,8 @@ return current
 /// Reply: the latched result when this request already ran; nil when the
 /// field is absent (not the holder); 0 when the count is still above zero
 /// (the lease is refreshed); 1 when the key was deleted and `0` published.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+const RELEASE_LUA: &str = r#"
 local latched = redis.call('get', KEYS[3])
 if latched ~= false then
     return tonumber(latched)
@@ -130,17 +120,14 @@ redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])
 return 1
-"#,
-    )
-});
+"#;
 
 /// Renew many locks on one node in one call (the watchdog's batch).
 ///
 /// KEYS[i] lock key i. ARGV[1] lease (ms), ARGV[i+1] field i.
 /// Reply: one integer per key, 1 when renewed, 0 when the field is gone.
-pub(crate) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_BATCH_LUA));
+const RENEW_BATCH_LUA: &str = r#"
 local renewed = {}
 for i = 1, #KEYS do
     if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
@@ -151,36 +138,32 @@ for i = 1, #KEYS do
     end
 end
 return renewed
-"#,
-    )
-});
+"#;
 
 /// Force unlock, whoever holds the lock.
 ///
 /// KEYS[1] lock key, KEYS[2] channel. ARGV[1] unlock message.
 /// Reply: 1 when the key existed (and `0` was published), else 0.
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub(crate) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
+const FORCE_UNLOCK_LUA: &str = r#"
 if redis.call('del', KEYS[1]) == 1 then
     redis.call('publish', KEYS[2], ARGV[1])
     return 1
 end
 return 0
-"#,
-    )
-});
+"#;
 
-/// Every script, for tests that check hashes against `SCRIPT LOAD`.
+/// Every script as (name, source, script), for tests that check hashes
+/// against `SCRIPT LOAD`.
 #[cfg(any(test, feature = "testkit"))]
-pub(crate) fn all() -> [(&'static str, &'static Script); 6] {
+pub(crate) fn all() -> [(&'static str, &'static str, &'static Script); 6] {
     [
-        ("acquire", &ACQUIRE),
-        ("acquire_fenced", &ACQUIRE_FENCED),
-        ("raise_token", &RAISE_TOKEN),
-        ("release", &RELEASE),
-        ("renew_batch", &RENEW_BATCH),
-        ("force_unlock", &FORCE_UNLOCK),
+        ("acquire", ACQUIRE_LUA, &ACQUIRE),
+        ("acquire_fenced", ACQUIRE_FENCED_LUA, &ACQUIRE_FENCED),
+        ("raise_token", RAISE_TOKEN_LUA, &RAISE_TOKEN),
+        ("release", RELEASE_LUA, &RELEASE),
+        ("renew_batch", RENEW_BATCH_LUA, &RENEW_BATCH),
+        ("force_unlock", FORCE_UNLOCK_LUA, &FORCE_UNLOCK),
     ]
 }
 
@@ -202,7 +185,7 @@ mod tests {
     #[test]
     fn hashes_are_distinct_sha1() {
         let hashes: std::collections::HashSet<_> =
-            all().iter().map(|(_, s)| s.get_hash().to_owned()).collect();
+            all().iter().map(|(_, _, s)| s.get_hash().to_owned()).collect();
         assert_eq!(hashes.len(), all().len());
         assert!(hashes.iter().all(|h| h.len() == 40));
     }

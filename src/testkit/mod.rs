@@ -58,11 +58,11 @@ pub trait TestServer: Send {
     fn heal(&mut self) -> impl Future<Output = io::Result<()>> + Send;
 }
 
-/// Scripts the crate sends, as `(name, source hash)`, so tests can check them
-/// against `SCRIPT LOAD`.
-pub fn script_hashes() -> Vec<(&'static str, String)> {
+/// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by
+/// EVALSHA)`, so tests can check them against `SCRIPT LOAD`.
+pub fn scripts() -> Vec<(&'static str, &'static str, String)> {
     crate::scripts::all()
         .iter()
-        .map(|(name, script)| (*name, script.get_hash().to_owned()))
+        .map(|(name, source, script)| (*name, *source, script.get_hash().to_owned()))
         .collect()
 }

@@ -1,0 +1,128 @@
+//! Waiting and cancellation: pub/sub wake-ups, bounded waits, and futures
+//! dropped at any point leaving nothing held.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use multilock::Client;
+
+#[tokio::test]
+async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "handoff").unwrap();
+    let holder = lock.lock().await.unwrap();
+    let other = Client::new().lock(&node, "handoff").unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = other.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    // The holder keeps it past several renewal periods: the waiter waits.
+    tokio::time::sleep(WATCHDOG * 2).await;
+    assert!(!waiter.is_finished(), "no grant while the holder keeps the lock");
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    let handoff = granted - released;
+    assert!(handoff < Duration::from_millis(500), "woken by pub/sub, not by the TTL: {handoff:?}");
+}
+
+#[tokio::test]
+async fn many_waiters_all_get_their_turn() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "queue").unwrap();
+    let holder = lock.lock().await.unwrap();
+    let waiters: Vec<_> = (0..50)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let guard = lock.try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5))).await.unwrap();
+                guard.expect("every waiter gets the lock in time").unlock().await.unwrap();
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.unlock().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn try_lock_for_gives_up_after_its_wait() {
+    let server = server().await;
+    let node = node(&server);
+    let holder = client().lock(&node, "busy").unwrap().lock().await.unwrap();
+    let other = Client::new().lock(&node, "busy").unwrap();
+    let started = Instant::now();
+    let got = other.try_lock_for(Duration::from_millis(500), None).await.unwrap();
+    let waited = started.elapsed();
+    assert!(got.is_none());
+    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_secs(3), "{waited:?}");
+    holder.unlock().await.unwrap();
+}
+
+/// Cancel an acquire while it waits: nothing is held afterwards.
+#[tokio::test]
+async fn cancelled_while_waiting_leaves_nothing() {
+    let server = server().await;
+    let node = node(&server);
+    let holder = client().lock(&node, "cancel-wait").unwrap().lock().await.unwrap();
+    let waiter_lock = Client::new().lock(&node, "cancel-wait").unwrap();
+    let waiting = tokio::spawn(async move { waiter_lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    holder.unlock().await.unwrap();
+    let third = Client::new().lock(&node, "cancel-wait").unwrap();
+    third.try_lock().await.unwrap().expect("free at once: the cancelled waiter holds nothing").unlock().await.unwrap();
+}
+
+/// Cut acquires off at every point, including right after the grant: the
+/// lock is never left held beyond the rollback.
+#[tokio::test]
+async fn cancelled_at_any_point_leaves_nothing() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "cancel-grant").unwrap();
+    let other = Client::new().lock(&node, "cancel-grant").unwrap();
+    for cut_after_us in [0u64, 20, 50, 100, 200, 300, 500, 800, 1200, 2000, 5000] {
+        let attempt = lock.clone();
+        let task = tokio::spawn(async move {
+            let guard = attempt.lock().await.unwrap();
+            // Granted: park with the guard; abort drops it.
+            std::future::pending::<()>().await;
+            drop(guard);
+        });
+        tokio::time::sleep(Duration::from_micros(cut_after_us)).await;
+        task.abort();
+        let _ = task.await;
+        let got = other.try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5))).await.unwrap();
+        got.unwrap_or_else(|| panic!("lock left held after a cut at {cut_after_us} us")).unlock().await.unwrap();
+    }
+    // Dropping the acquire future itself (not the task) mid-flight.
+    for _ in 0..20 {
+        let fut = lock.lock();
+        let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
+        let got = other.try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5))).await.unwrap();
+        got.expect("the rollback released the abandoned grant").unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_it() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "dropped").unwrap();
+    let other = Client::new().lock(&node, "dropped").unwrap();
+    drop(lock.lock().await.unwrap());
+    let got = other.try_lock_for(Duration::from_secs(2), None).await.unwrap();
+    got.expect("a dropped guard is released in the background").unlock().await.unwrap();
+}

@@ -1,0 +1,123 @@
+//! The wire contract: Redisson's data layout and messages, the two-command
+//! budget of an uncontended lock+unlock, and the scripts' hashes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use multilock::testkit::{TestServer, scripts};
+
+/// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
+/// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.
+#[tokio::test]
+async fn layout_matches_redisson() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "orders:42").unwrap();
+
+    let (mut sink, mut stream) = redis::Client::open(server.url()).unwrap().get_async_pubsub().await.unwrap().split();
+    sink.subscribe("redisson_lock__channel:{orders:42}").await.unwrap();
+
+    let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let _again = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let mut conn = raw(&server).await;
+    let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg("orders:42").query_async(&mut conn).await.unwrap();
+    let owner = guard.owner().to_string();
+    assert_eq!(fields, vec![(format!("{}:{}", client.id(), owner), 2)]);
+    let kind: String = redis::cmd("TYPE").arg("orders:42").query_async(&mut conn).await.unwrap();
+    assert_eq!(kind, "hash");
+    let pttl: i64 = redis::cmd("PTTL").arg("orders:42").query_async(&mut conn).await.unwrap();
+    assert!((19_000..=20_000).contains(&pttl), "PTTL {pttl} should match the 20 s lease");
+    let remaining = lock.remaining_ttl().await.unwrap().unwrap();
+    assert!(remaining > Duration::from_secs(18));
+
+    drop(_again); // released in the background: count 2 -> 1, nothing published
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap().unwrap();
+    assert_eq!(message.get_channel_name(), "redisson_lock__channel:{orders:42}");
+    assert_eq!(message.get_payload::<String>().unwrap(), "0");
+    assert!(!exists(&server, "orders:42").await);
+}
+
+/// A name that carries its own hash tag keeps it: no extra braces.
+#[tokio::test]
+async fn hash_tagged_names_keep_their_braces() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "{user:1}:cart").unwrap();
+    let (mut sink, mut stream) = redis::Client::open(server.url()).unwrap().get_async_pubsub().await.unwrap().split();
+    sink.subscribe("redisson_lock__channel:{user:1}:cart").await.unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap().unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), "0");
+}
+
+/// A Redisson-style holder (a field written by another process) excludes us,
+/// and its release wakes our waiter: we interoperate through the wire format.
+#[tokio::test]
+async fn shares_a_lock_with_a_foreign_redisson_client() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "shared").unwrap();
+    let mut conn = raw(&server).await;
+    redis::cmd("HSET").arg("shared").arg("b9f8c4e2-java-client:1").arg(1).query_async::<()>(&mut conn).await.unwrap();
+    redis::cmd("PEXPIRE").arg("shared").arg(30_000).query_async::<()>(&mut conn).await.unwrap();
+    assert!(lock.try_lock().await.unwrap().is_none());
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_lock_for(Duration::from_secs(10), None).await.unwrap().is_some() }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The Java side unlocks: DEL + PUBLISH 0, as Redisson's unlock script does.
+    redis::cmd("DEL").arg("shared").query_async::<()>(&mut conn).await.unwrap();
+    redis::cmd("PUBLISH").arg("redisson_lock__channel:{shared}").arg("0").query_async::<()>(&mut conn).await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(waiter.await.unwrap());
+    assert!(started.elapsed() < Duration::from_secs(5), "woken by the message, not the 30 s TTL");
+}
+
+/// An uncontended lock+unlock is exactly two script calls on the wire:
+/// no PING on checkout, nothing else.
+#[tokio::test]
+async fn lock_and_unlock_cost_two_script_calls() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "budget").unwrap();
+    // Warm up: connections made, scripts loaded.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+
+    let before = command_calls(&server).await;
+    for _ in 0..10 {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let after = command_calls(&server).await;
+    let mut delta = delta(&before, &after);
+    // Our own INFO call shows up once, and the scripts' inner commands are
+    // counted by commandstats too: keep only what came over the wire.
+    delta.remove("info");
+    for inner in ["exists", "hexists", "hincrby", "pexpire", "del", "publish", "get", "set"] {
+        delta.remove(inner);
+    }
+    assert_eq!(delta.remove("evalsha"), Some(20), "two EVALSHA per lock+unlock");
+    assert!(delta.is_empty(), "nothing else on the wire: {delta:?}");
+}
+
+/// Each script's hash is what `SCRIPT LOAD` returns for its source.
+#[tokio::test]
+async fn script_hashes_match_script_load() {
+    let server = server().await;
+    let mut conn = raw(&server).await;
+    for (name, source, hash) in scripts() {
+        let loaded: String = redis::cmd("SCRIPT").arg("LOAD").arg(source).query_async(&mut conn).await.unwrap();
+        assert_eq!(loaded, hash, "{name}");
+    }
+}
