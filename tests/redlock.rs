@@ -1,0 +1,275 @@
+//! RedLock and MultiLock on 5 real redis-server processes: quorum under node
+//! loss and pauses, rollback, cancellation, `lost()`, reentrancy, fencing.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use multilock::testkit::{RedisProcess, TestServer};
+use multilock::{Client, Error, Node};
+
+const NAME: &str = "orders:42";
+
+fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
+    servers.iter().map(node).collect()
+}
+
+async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
+    let mut left = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        if s.is_running() && exists(s, key).await {
+            left.push(i);
+        }
+    }
+    left
+}
+
+#[tokio::test]
+async fn both_work_when_all_nodes_are_up() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let client = client();
+    let red = client.red_lock_on(&nodes, NAME).unwrap();
+    let multi = client.multi_lock_on(&nodes, "multi").unwrap();
+    let g = red.lock().await.unwrap();
+    assert_eq!(g.nodes().len(), 5);
+    assert!(red.is_locked().await.unwrap());
+    let m = multi.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(5))).await.unwrap().unwrap();
+    assert!(m.valid_until().is_some());
+    // Reentrancy of the composite: the count rises on every node.
+    let g2 = red.lock().await.unwrap();
+    assert_eq!(red.hold_count().await.unwrap(), 2);
+    g2.unlock().await.unwrap();
+    assert_eq!(red.hold_count().await.unwrap(), 1);
+    g.unlock().await.unwrap();
+    m.unlock().await.unwrap();
+    assert!(keys_left(&servers, NAME).await.is_empty());
+    assert!(keys_left(&servers, "multi").await.is_empty());
+}
+
+/// 3 clients x 8 tasks x 15 rounds guarding a read-sleep-write counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_across_clients_keeps_the_counter_exact() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let counter_url = servers[0].url();
+    let mut tasks = Vec::new();
+    for c in 0..3 {
+        let client = client();
+        let red = if c == 0 {
+            client.red_lock_on(&nodes, NAME).unwrap()
+        } else {
+            // Same name, separate client: a different process in real life.
+            client.red_lock_on(&nodes, NAME).unwrap()
+        };
+        for _ in 0..8 {
+            let red = red.clone();
+            let url = counter_url.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+                for _ in 0..15 {
+                    let guard = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+                    let v: Option<u64> = redis::cmd("GET").arg("counter").query_async(&mut conn).await.unwrap();
+                    tokio::task::yield_now().await;
+                    redis::cmd("SET").arg("counter").arg(v.unwrap_or(0) + 1).query_async::<()>(&mut conn).await.unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut conn = raw(&servers[0]).await;
+    let v: u64 = redis::cmd("GET").arg("counter").query_async(&mut conn).await.unwrap();
+    assert_eq!(v, 3 * 8 * 15);
+    assert!(keys_left(&servers, NAME).await.is_empty());
+}
+
+#[tokio::test]
+async fn two_nodes_down_redlock_acquires_multilock_does_not() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let client = client();
+    servers[0].kill().await.unwrap();
+    servers[1].kill().await.unwrap();
+    let red = client.red_lock_on(&nodes, NAME).unwrap();
+    let g = red.try_lock_for(Duration::from_secs(3), None).await.unwrap().expect("3 of 5 is a majority");
+    assert_eq!(g.nodes().len(), 3);
+    g.unlock().await.unwrap();
+
+    let multi = client.multi_lock_on(&nodes, NAME).unwrap();
+    let started = Instant::now();
+    let err = multi.try_lock_for(Duration::from_secs(1), None).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "returns within its budget: {took:?}");
+    match err {
+        Error::NoQuorum(q) => {
+            assert_eq!(q.required, 5);
+            assert_eq!(q.failures.len(), 2, "{q}");
+            assert!(q.to_string().contains(servers[0].port().to_string().as_str()), "names the node: {q}");
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(keys_left(&servers, NAME).await.is_empty(), "rolled back on the live nodes");
+}
+
+#[tokio::test]
+async fn three_nodes_down_redlock_refuses_within_its_budget() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    for s in &mut servers[..3] {
+        s.kill().await.unwrap();
+    }
+    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    let started = Instant::now();
+    let err = red.try_lock_for(Duration::from_secs(1), None).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(matches!(err, Error::NoQuorum(ref q) if q.required == 3), "{err:?}");
+    assert!(keys_left(&servers, NAME).await.is_empty(), "the two live nodes were rolled back");
+}
+
+#[tokio::test]
+async fn a_paused_node_does_not_block_the_majority() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let red = client()
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_node_timeout(Duration::from_millis(200))
+        .unwrap();
+    servers[4].pause().await.unwrap();
+    let started = Instant::now();
+    let guard = red.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await.unwrap().expect("4 of 5");
+    assert!(started.elapsed() < Duration::from_secs(1), "within the per-node timeout: {:?}", started.elapsed());
+    assert_eq!(guard.nodes().len(), 4);
+    servers[4].unpause().await.unwrap();
+    guard.unlock().await.unwrap();
+    // The paused node applied the acquire when it resumed; the rollback on
+    // the same connection follows it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(keys_left(&servers, NAME).await.is_empty(), "no key left, paused node included");
+}
+
+/// A failed attempt (majority held by someone else) leaves none of our
+/// fields anywhere, including on a node that timed out.
+#[tokio::test]
+async fn a_failed_attempt_rolls_back_everywhere() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    // Someone else holds the lock on nodes 0..3 (a majority).
+    let rival = Client::new();
+    let mut rival_guards = Vec::new();
+    for n in &nodes[..3] {
+        rival_guards.push(rival.lock(n, NAME).unwrap().lock_with_lease(Duration::from_secs(30)).await.unwrap());
+    }
+    servers[4].pause().await.unwrap();
+    let client = client();
+    let red = client.red_lock_on(&nodes, NAME).unwrap().with_node_timeout(Duration::from_millis(200)).unwrap();
+    assert!(red.try_lock_for(Duration::from_millis(600), None).await.unwrap().is_none());
+    servers[4].unpause().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Node 3 was granted and rolled back; node 4 timed out and was rolled
+    // back once it answered; nodes 0..3 keep only the rival's field.
+    assert_eq!(keys_left(&servers, NAME).await, vec![0, 1, 2]);
+    for s in &servers[..3] {
+        let mut conn = raw(s).await;
+        let n: u64 = redis::cmd("HLEN").arg(NAME).query_async(&mut conn).await.unwrap();
+        assert_eq!(n, 1, "only the rival's field");
+    }
+    drop(rival_guards);
+}
+
+/// Dropping the acquire future in the middle of the fan-out: after the
+/// background rollback, no key is left.
+#[tokio::test]
+async fn cancelled_mid_fan_out_leaves_no_key() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    for cut_us in [0u64, 50, 100, 200, 300, 500, 800, 1200, 2000] {
+        let attempt = red.clone();
+        let task = tokio::spawn(async move {
+            let g = attempt.lock().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(g);
+        });
+        tokio::time::sleep(Duration::from_micros(cut_us)).await;
+        task.abort();
+        let _ = task.await;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !keys_left(&servers, NAME).await.is_empty() {
+            assert!(Instant::now() < deadline, "keys left after a cut at {cut_us} us");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn lost_fires_below_quorum_only() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let client = client(); // 1 s watchdog
+    let red = client.red_lock_on(&nodes, NAME).unwrap();
+    let guard = red.lock().await.unwrap();
+    // A minority (2) deleted underneath: still held by 3 >= quorum.
+    for s in &servers[..2] {
+        let mut conn = raw(s).await;
+        redis::cmd("DEL").arg(NAME).query_async::<()>(&mut conn).await.unwrap();
+    }
+    assert!(tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_err(), "a minority lost is not lost");
+    // One more: 2 < 3.
+    let mut conn = raw(&servers[2]).await;
+    redis::cmd("DEL").arg(NAME).query_async::<()>(&mut conn).await.unwrap();
+    tokio::time::timeout(WATCHDOG * 3, guard.lost()).await.expect("lost() once below quorum");
+    let _ = guard.unlock().await; // releases what is left, reports no quorum
+}
+
+/// Fencing tokens strictly increase over 1,000 acquisitions by several
+/// clients while a minority of nodes is killed and restarted empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_through_restarts() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let last = Arc::new(AtomicU64::new(0));
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let red = client()
+            .red_lock_on(&nodes, "fenced")
+            .unwrap()
+            .with_fencing()
+            .with_node_timeout(Duration::from_millis(200))
+            .unwrap();
+        let (last, acquisitions) = (last.clone(), acquisitions.clone());
+        workers.push(tokio::spawn(async move {
+            while acquisitions.load(Ordering::SeqCst) < 1000 {
+                let Ok(Some(guard)) = red.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5))).await else {
+                    continue;
+                };
+                let token = guard.fencing_token().expect("fenced");
+                // Inside the lock nobody else writes `last`.
+                let previous = last.swap(token, Ordering::SeqCst);
+                assert!(token > previous, "token {token} after {previous}");
+                acquisitions.fetch_add(1, Ordering::SeqCst);
+                let _ = guard.unlock().await;
+            }
+        }));
+    }
+    // Chaos: nodes 3 and 4 (a minority) are killed and restarted empty.
+    while acquisitions.load(Ordering::SeqCst) < 1000 {
+        for i in [3, 4] {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            servers[i].kill().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            servers[i].restart().await.unwrap();
+        }
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert!(last.load(Ordering::SeqCst) >= 1000);
+}
