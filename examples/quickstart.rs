@@ -17,7 +17,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         urls = _servers.iter().map(|s| s.url()).collect();
         println!("started redis-server on {}", urls.join(", "));
     }
-    let nodes = urls.iter().map(|u| Node::new(u)).collect::<Result<Vec<_>, _>>()?;
+    let nodes = urls
+        .iter()
+        .map(|u| Node::new(u))
+        .collect::<Result<Vec<_>, _>>()?;
     let client = Client::new();
 
     // A single-node reentrant lock, renewed by the watchdog while held.

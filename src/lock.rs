@@ -455,7 +455,10 @@ impl Lock {
         if let (Ok(AcquireReply::Granted(_)), Some((replicas, timeout))) =
             (&sent.reply, lock.inner.replica_sync)
         {
-            if let Err(err) = lock.sync_replicas(&mut conn, &sent.field, sent.lease, replicas, timeout).await {
+            if let Err(err) = lock
+                .sync_replicas(&mut conn, &sent.field, sent.lease, replicas, timeout)
+                .await
+            {
                 sent.reply = Err(err);
             }
         }

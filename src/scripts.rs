@@ -62,7 +62,8 @@ return redis.call('pttl', KEYS[1])
 /// KEYS[1] lock key, KEYS[2] token counter. ARGV[1] lease (ms), ARGV[2] field.
 /// Reply: `{1, token}` when granted (the counter is INCRed on a first grant;
 /// a re-entry reads the current value), `{0, pttl}` otherwise.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 const ACQUIRE_FENCED_LUA: &str = r#"
 local exists = redis.call('exists', KEYS[1])
 if (exists == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
@@ -184,8 +185,10 @@ mod tests {
 
     #[test]
     fn hashes_are_distinct_sha1() {
-        let hashes: std::collections::HashSet<_> =
-            all().iter().map(|(_, _, s)| s.get_hash().to_owned()).collect();
+        let hashes: std::collections::HashSet<_> = all()
+            .iter()
+            .map(|(_, _, s)| s.get_hash().to_owned())
+            .collect();
         assert_eq!(hashes.len(), all().len());
         assert!(hashes.iter().all(|h| h.len() == 40));
     }

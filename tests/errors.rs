@@ -23,7 +23,13 @@ async fn bad_input_is_rejected_before_sending() {
     assert!(invalid(client.lock(&node, "")).contains("name"));
     let lock = client.lock(&node, "x").unwrap();
     assert!(invalid(lock.lock_with_lease(Duration::ZERO).await).contains("lease"));
-    assert!(invalid(lock.try_lock_for(Duration::from_secs(1), Some(Duration::ZERO)).await).contains("lease"));
+    assert!(
+        invalid(
+            lock.try_lock_for(Duration::from_secs(1), Some(Duration::ZERO))
+                .await
+        )
+        .contains("lease")
+    );
     invalid(lock.with_replica_sync(0, Duration::from_secs(1)));
     invalid(lock.with_replica_sync(1, Duration::ZERO));
     invalid(Client::builder().watchdog_timeout(Duration::ZERO).build());
@@ -36,18 +42,27 @@ async fn bad_input_is_rejected_before_sending() {
     let same_addr = Node::new("redis://127.0.0.1:1").unwrap();
     invalid(client.red_lock_on(&[node.clone(), same_addr], "x"));
     // A MultiLock may lock several names on one node, but not one name twice.
-    client.multi_lock(vec![lock.clone(), client.lock(&node, "y").unwrap()]).unwrap();
+    client
+        .multi_lock(vec![lock.clone(), client.lock(&node, "y").unwrap()])
+        .unwrap();
     invalid(client.multi_lock(vec![lock.clone(), lock.clone()]));
     // Locks of another client.
     invalid(Client::new().multi_lock(vec![lock.clone()]));
-    let red = client.red_lock_on(&[node.clone()], "x").unwrap();
+    let red = client
+        .red_lock_on(std::slice::from_ref(&node), "x")
+        .unwrap();
     invalid(red.with_node_timeout(Duration::ZERO));
     invalid(red.lock_with_lease(Duration::ZERO).await);
 }
 
 #[test]
 fn bad_urls_and_secrets() {
-    for url in ["", "localhost:6379", "http://127.0.0.1:6379", "redis://:pw@127.0.0.1:notaport"] {
+    for url in [
+        "",
+        "localhost:6379",
+        "http://127.0.0.1:6379",
+        "redis://:pw@127.0.0.1:notaport",
+    ] {
         invalid(Node::new(url));
     }
     let err = Node::new("redis://admin:hunter2@127.0.0.1:notaport").unwrap_err();
@@ -69,7 +84,10 @@ async fn unreachable_node_is_a_typed_error_without_the_password() {
     let err = lock.try_lock().await.unwrap_err();
     assert!(err.is_node_unavailable(), "{err:?}");
     let shown = format!("{err} {err:?}");
-    assert!(shown.contains("127.0.0.1:1") && !shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("127.0.0.1:1") && !shown.contains("hunter2"),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
@@ -81,7 +99,12 @@ async fn unlock_by_a_non_holder_is_typed() {
     let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     // Someone else takes over after a force unlock: our guard no longer holds.
     assert!(lock.force_unlock().await.unwrap());
-    let thief = Client::new().lock(&node, "mine").unwrap().lock().await.unwrap();
+    let thief = Client::new()
+        .lock(&node, "mine")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     match guard.unlock().await {
         Err(Error::NotHeld { lock, node }) => {
             assert_eq!(lock, "mine");
@@ -89,7 +112,15 @@ async fn unlock_by_a_non_holder_is_typed() {
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }
-    assert!(Client::new().lock(&node_of(&server), "mine").unwrap().is_locked().await.unwrap(), "the thief's hold is untouched");
+    assert!(
+        Client::new()
+            .lock(&node_of(&server), "mine")
+            .unwrap()
+            .is_locked()
+            .await
+            .unwrap(),
+        "the thief's hold is untouched"
+    );
     thief.unlock().await.unwrap();
 }
 
@@ -98,12 +129,27 @@ async fn a_key_of_another_type_is_a_redis_error() {
     let server = server().await;
     let node = node(&server);
     let mut conn = raw(&server).await;
-    redis::cmd("SET").arg("plain").arg("x").query_async::<()>(&mut conn).await.unwrap();
-    redis::cmd("PEXPIRE").arg("plain").arg(50_000).query_async::<()>(&mut conn).await.unwrap();
+    redis::cmd("SET")
+        .arg("plain")
+        .arg("x")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("plain")
+        .arg(50_000)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
     let lock = Client::new().lock(&node, "plain").unwrap();
     let err = lock.try_lock().await.unwrap_err();
     assert!(matches!(err, Error::Redis { .. }), "{err:?}");
-    assert!(std::error::Error::source(&err).unwrap().to_string().contains("WRONGTYPE"));
+    assert!(
+        std::error::Error::source(&err)
+            .unwrap()
+            .to_string()
+            .contains("WRONGTYPE")
+    );
     let err = lock.hold_count().await.unwrap_err();
     assert!(matches!(err, Error::Redis { .. }), "{err:?}");
 }

@@ -50,8 +50,15 @@ async fn down_then_back() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
-    assert!(granted - released < Duration::from_millis(500), "woken by pub/sub after the restart: {:?}", granted - released);
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        granted - released < Duration::from_millis(500),
+        "woken by pub/sub after the restart: {:?}",
+        granted - released
+    );
 }
 
 /// The shared subscription connection is lost while waiters wait (killed
@@ -65,30 +72,52 @@ async fn waiters_survive_a_lost_subscription() {
     let holder = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
     let other = Client::new().lock(&node, "survivor").unwrap();
     let waiter = tokio::spawn(async move {
-        let got = other.try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5))).await;
+        let got = other
+            .try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5)))
+            .await;
         (Instant::now(), got)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut conn = raw(&server).await;
-    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut conn).await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(killed, 1, "one subscription connection for the node");
     // Resubscribed within its backoff.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let subscribed: Vec<(String, i64)> =
-            redis::cmd("PUBSUB").arg("NUMSUB").arg("redisson_lock__channel:{survivor}").query_async(&mut conn).await.unwrap();
+        let subscribed: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{survivor}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         if subscribed[0].1 == 1 {
             break;
         }
-        assert!(Instant::now() < deadline, "the subscription did not come back");
+        assert!(
+            Instant::now() < deadline,
+            "the subscription did not come back"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!waiter.is_finished(), "the waiter still waits");
     let released = Instant::now();
     holder.unlock().await.unwrap();
-    let (granted, got) = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap();
+    let (granted, got) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     got.unwrap().expect("granted").unlock().await.unwrap();
-    assert!(granted - released < Duration::from_millis(500), "woken by pub/sub: {:?}", granted - released);
+    assert!(
+        granted - released < Duration::from_millis(500),
+        "woken by pub/sub: {:?}",
+        granted - released
+    );
 }
 
 /// A waiter whose node restarts gets a typed error or the lock: never a hang.
@@ -96,12 +125,24 @@ async fn waiters_survive_a_lost_subscription() {
 async fn waiters_through_a_restart_end_promptly() {
     let mut server = server().await;
     let node = node(&server);
-    let holder = client().lock(&node, "restarted").unwrap().lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let holder = client()
+        .lock(&node, "restarted")
+        .unwrap()
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
     let other = Client::new().lock(&node, "restarted").unwrap();
-    let waiter = tokio::spawn(async move { other.try_lock_for(Duration::from_secs(60), Some(Duration::from_secs(5))).await });
+    let waiter = tokio::spawn(async move {
+        other
+            .try_lock_for(Duration::from_secs(60), Some(Duration::from_secs(5)))
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.restart().await.unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("no hang").unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("no hang")
+        .unwrap();
     match outcome {
         Ok(Some(guard)) => guard.unlock().await.unwrap(),
         Err(err) => assert!(err.is_node_unavailable(), "{err:?}"),
@@ -126,7 +167,13 @@ async fn paused_node_times_out_and_recovers() {
     // The timed-out acquire may have been applied once the node resumed; it
     // is rolled back on its own connection, so the lock ends up free.
     let other = Client::new().lock(&node, "frozen").unwrap();
-    let got = other.try_lock_for(Duration::from_secs(5), Some(Duration::from_secs(5))).await.unwrap();
-    got.expect("free after the rollback").unlock().await.unwrap();
+    let got = other
+        .try_lock_for(Duration::from_secs(5), Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    got.expect("free after the rollback")
+        .unlock()
+        .await
+        .unwrap();
     assert!(!exists(&server, "frozen").await);
 }

@@ -37,7 +37,11 @@ async fn both_work_when_all_nodes_are_up() {
     let g = red.lock().await.unwrap();
     assert_eq!(g.nodes().len(), 5);
     assert!(red.is_locked().await.unwrap());
-    let m = multi.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(5))).await.unwrap().unwrap();
+    let m = multi
+        .try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(m.valid_until().is_some());
     // Reentrancy of the composite: the count rises on every node.
     let g2 = red.lock().await.unwrap();
@@ -69,12 +73,25 @@ async fn contention_across_clients_keeps_the_counter_exact() {
             let red = red.clone();
             let url = counter_url.clone();
             tasks.push(tokio::spawn(async move {
-                let mut conn = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+                let mut conn = redis::Client::open(url)
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
                 for _ in 0..15 {
                     let guard = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
-                    let v: Option<u64> = redis::cmd("GET").arg("counter").query_async(&mut conn).await.unwrap();
+                    let v: Option<u64> = redis::cmd("GET")
+                        .arg("counter")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
                     tokio::task::yield_now().await;
-                    redis::cmd("SET").arg("counter").arg(v.unwrap_or(0) + 1).query_async::<()>(&mut conn).await.unwrap();
+                    redis::cmd("SET")
+                        .arg("counter")
+                        .arg(v.unwrap_or(0) + 1)
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .unwrap();
                     guard.unlock().await.unwrap();
                 }
             }));
@@ -84,7 +101,11 @@ async fn contention_across_clients_keeps_the_counter_exact() {
         t.await.unwrap();
     }
     let mut conn = raw(&servers[0]).await;
-    let v: u64 = redis::cmd("GET").arg("counter").query_async(&mut conn).await.unwrap();
+    let v: u64 = redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(v, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
@@ -97,24 +118,41 @@ async fn two_nodes_down_redlock_acquires_multilock_does_not() {
     servers[0].kill().await.unwrap();
     servers[1].kill().await.unwrap();
     let red = client.red_lock_on(&nodes, NAME).unwrap();
-    let g = red.try_lock_for(Duration::from_secs(3), None).await.unwrap().expect("3 of 5 is a majority");
+    let g = red
+        .try_lock_for(Duration::from_secs(3), None)
+        .await
+        .unwrap()
+        .expect("3 of 5 is a majority");
     assert_eq!(g.nodes().len(), 3);
     g.unlock().await.unwrap();
 
     let multi = client.multi_lock_on(&nodes, NAME).unwrap();
     let started = Instant::now();
-    let err = multi.try_lock_for(Duration::from_secs(1), None).await.unwrap_err();
+    let err = multi
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap_err();
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(4), "returns within its budget: {took:?}");
+    assert!(
+        took < Duration::from_secs(4),
+        "returns within its budget: {took:?}"
+    );
     match err {
         Error::NoQuorum(q) => {
             assert_eq!(q.required, 5);
             assert_eq!(q.failures.len(), 2, "{q}");
-            assert!(q.to_string().contains(servers[0].port().to_string().as_str()), "names the node: {q}");
+            assert!(
+                q.to_string()
+                    .contains(servers[0].port().to_string().as_str()),
+                "names the node: {q}"
+            );
         }
         other => panic!("expected NoQuorum, got {other:?}"),
     }
-    assert!(keys_left(&servers, NAME).await.is_empty(), "rolled back on the live nodes");
+    assert!(
+        keys_left(&servers, NAME).await.is_empty(),
+        "rolled back on the live nodes"
+    );
 }
 
 #[tokio::test]
@@ -126,10 +164,23 @@ async fn three_nodes_down_redlock_refuses_within_its_budget() {
     }
     let red = client().red_lock_on(&nodes, NAME).unwrap();
     let started = Instant::now();
-    let err = red.try_lock_for(Duration::from_secs(1), None).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
-    assert!(matches!(err, Error::NoQuorum(ref q) if q.required == 3), "{err:?}");
-    assert!(keys_left(&servers, NAME).await.is_empty(), "the two live nodes were rolled back");
+    let err = red
+        .try_lock_for(Duration::from_secs(1), None)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, Error::NoQuorum(ref q) if q.required == 3),
+        "{err:?}"
+    );
+    assert!(
+        keys_left(&servers, NAME).await.is_empty(),
+        "the two live nodes were rolled back"
+    );
 }
 
 #[tokio::test]
@@ -143,15 +194,26 @@ async fn a_paused_node_does_not_block_the_majority() {
         .unwrap();
     servers[4].pause().await.unwrap();
     let started = Instant::now();
-    let guard = red.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await.unwrap().expect("4 of 5");
-    assert!(started.elapsed() < Duration::from_secs(1), "within the per-node timeout: {:?}", started.elapsed());
+    let guard = red
+        .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("4 of 5");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "within the per-node timeout: {:?}",
+        started.elapsed()
+    );
     assert_eq!(guard.nodes().len(), 4);
     servers[4].unpause().await.unwrap();
     guard.unlock().await.unwrap();
     // The paused node applied the acquire when it resumed; the rollback on
     // the same connection follows it.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(keys_left(&servers, NAME).await.is_empty(), "no key left, paused node included");
+    assert!(
+        keys_left(&servers, NAME).await.is_empty(),
+        "no key left, paused node included"
+    );
 }
 
 /// A failed attempt (majority held by someone else) leaves none of our
@@ -164,12 +226,28 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     let rival = Client::new();
     let mut rival_guards = Vec::new();
     for n in &nodes[..3] {
-        rival_guards.push(rival.lock(n, NAME).unwrap().lock_with_lease(Duration::from_secs(30)).await.unwrap());
+        rival_guards.push(
+            rival
+                .lock(n, NAME)
+                .unwrap()
+                .lock_with_lease(Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
     }
     servers[4].pause().await.unwrap();
     let client = client();
-    let red = client.red_lock_on(&nodes, NAME).unwrap().with_node_timeout(Duration::from_millis(200)).unwrap();
-    assert!(red.try_lock_for(Duration::from_millis(600), None).await.unwrap().is_none());
+    let red = client
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_node_timeout(Duration::from_millis(200))
+        .unwrap();
+    assert!(
+        red.try_lock_for(Duration::from_millis(600), None)
+            .await
+            .unwrap()
+            .is_none()
+    );
     servers[4].unpause().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Node 3 was granted and rolled back; node 4 timed out and was rolled
@@ -177,7 +255,11 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     assert_eq!(keys_left(&servers, NAME).await, vec![0, 1, 2]);
     for s in &servers[..3] {
         let mut conn = raw(s).await;
-        let n: u64 = redis::cmd("HLEN").arg(NAME).query_async(&mut conn).await.unwrap();
+        let n: u64 = redis::cmd("HLEN")
+            .arg(NAME)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(n, 1, "only the rival's field");
     }
     drop(rival_guards);
@@ -202,7 +284,10 @@ async fn cancelled_mid_fan_out_leaves_no_key() {
         let _ = task.await;
         let deadline = Instant::now() + Duration::from_secs(3);
         while !keys_left(&servers, NAME).await.is_empty() {
-            assert!(Instant::now() < deadline, "keys left after a cut at {cut_us} us");
+            assert!(
+                Instant::now() < deadline,
+                "keys left after a cut at {cut_us} us"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -218,13 +303,28 @@ async fn lost_fires_below_quorum_only() {
     // A minority (2) deleted underneath: still held by 3 >= quorum.
     for s in &servers[..2] {
         let mut conn = raw(s).await;
-        redis::cmd("DEL").arg(NAME).query_async::<()>(&mut conn).await.unwrap();
+        redis::cmd("DEL")
+            .arg(NAME)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
     }
-    assert!(tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_err(), "a minority lost is not lost");
+    assert!(
+        tokio::time::timeout(WATCHDOG * 2, guard.lost())
+            .await
+            .is_err(),
+        "a minority lost is not lost"
+    );
     // One more: 2 < 3.
     let mut conn = raw(&servers[2]).await;
-    redis::cmd("DEL").arg(NAME).query_async::<()>(&mut conn).await.unwrap();
-    tokio::time::timeout(WATCHDOG * 3, guard.lost()).await.expect("lost() once below quorum");
+    redis::cmd("DEL")
+        .arg(NAME)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::timeout(WATCHDOG * 3, guard.lost())
+        .await
+        .expect("lost() once below quorum");
     let _ = guard.unlock().await; // releases what is left, reports no quorum
 }
 
@@ -247,7 +347,10 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
         let (last, acquisitions) = (last.clone(), acquisitions.clone());
         workers.push(tokio::spawn(async move {
             while acquisitions.load(Ordering::SeqCst) < 1000 {
-                let Ok(Some(guard)) = red.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5))).await else {
+                let Ok(Some(guard)) = red
+                    .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
+                    .await
+                else {
                     continue;
                 };
                 let token = guard.fencing_token().expect("fenced");

@@ -23,12 +23,21 @@ async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
     });
     // The holder keeps it past several renewal periods: the waiter waits.
     tokio::time::sleep(WATCHDOG * 2).await;
-    assert!(!waiter.is_finished(), "no grant while the holder keeps the lock");
+    assert!(
+        !waiter.is_finished(),
+        "no grant while the holder keeps the lock"
+    );
     let released = Instant::now();
     holder.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     let handoff = granted - released;
-    assert!(handoff < Duration::from_millis(500), "woken by pub/sub, not by the TTL: {handoff:?}");
+    assert!(
+        handoff < Duration::from_millis(500),
+        "woken by pub/sub, not by the TTL: {handoff:?}"
+    );
 }
 
 #[tokio::test]
@@ -42,8 +51,15 @@ async fn many_waiters_all_get_their_turn() {
         .map(|_| {
             let lock = lock.clone();
             tokio::spawn(async move {
-                let guard = lock.try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5))).await.unwrap();
-                guard.expect("every waiter gets the lock in time").unlock().await.unwrap();
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5)))
+                    .await
+                    .unwrap();
+                guard
+                    .expect("every waiter gets the lock in time")
+                    .unlock()
+                    .await
+                    .unwrap();
             })
         })
         .collect();
@@ -62,10 +78,16 @@ async fn try_lock_for_gives_up_after_its_wait() {
     let holder = client().lock(&node, "busy").unwrap().lock().await.unwrap();
     let other = Client::new().lock(&node, "busy").unwrap();
     let started = Instant::now();
-    let got = other.try_lock_for(Duration::from_millis(500), None).await.unwrap();
+    let got = other
+        .try_lock_for(Duration::from_millis(500), None)
+        .await
+        .unwrap();
     let waited = started.elapsed();
     assert!(got.is_none());
-    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(500) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
     holder.unlock().await.unwrap();
 }
 
@@ -74,7 +96,12 @@ async fn try_lock_for_gives_up_after_its_wait() {
 async fn cancelled_while_waiting_leaves_nothing() {
     let server = server().await;
     let node = node(&server);
-    let holder = client().lock(&node, "cancel-wait").unwrap().lock().await.unwrap();
+    let holder = client()
+        .lock(&node, "cancel-wait")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
     let waiter_lock = Client::new().lock(&node, "cancel-wait").unwrap();
     let waiting = tokio::spawn(async move { waiter_lock.lock().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -82,7 +109,14 @@ async fn cancelled_while_waiting_leaves_nothing() {
     assert!(waiting.await.unwrap_err().is_cancelled());
     holder.unlock().await.unwrap();
     let third = Client::new().lock(&node, "cancel-wait").unwrap();
-    third.try_lock().await.unwrap().expect("free at once: the cancelled waiter holds nothing").unlock().await.unwrap();
+    third
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free at once: the cancelled waiter holds nothing")
+        .unlock()
+        .await
+        .unwrap();
 }
 
 /// Cut acquires off at every point, including right after the grant: the
@@ -104,15 +138,27 @@ async fn cancelled_at_any_point_leaves_nothing() {
         tokio::time::sleep(Duration::from_micros(cut_after_us)).await;
         task.abort();
         let _ = task.await;
-        let got = other.try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5))).await.unwrap();
-        got.unwrap_or_else(|| panic!("lock left held after a cut at {cut_after_us} us")).unlock().await.unwrap();
+        let got = other
+            .try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        got.unwrap_or_else(|| panic!("lock left held after a cut at {cut_after_us} us"))
+            .unlock()
+            .await
+            .unwrap();
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
         let fut = lock.lock();
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
-        let got = other.try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5))).await.unwrap();
-        got.expect("the rollback released the abandoned grant").unlock().await.unwrap();
+        let got = other
+            .try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        got.expect("the rollback released the abandoned grant")
+            .unlock()
+            .await
+            .unwrap();
     }
 }
 
@@ -123,6 +169,12 @@ async fn dropping_a_guard_releases_it() {
     let lock = client().lock(&node, "dropped").unwrap();
     let other = Client::new().lock(&node, "dropped").unwrap();
     drop(lock.lock().await.unwrap());
-    let got = other.try_lock_for(Duration::from_secs(2), None).await.unwrap();
-    got.expect("a dropped guard is released in the background").unlock().await.unwrap();
+    let got = other
+        .try_lock_for(Duration::from_secs(2), None)
+        .await
+        .unwrap();
+    got.expect("a dropped guard is released in the background")
+        .unlock()
+        .await
+        .unwrap();
 }

@@ -16,9 +16,15 @@ async fn watchdog_keeps_the_lock_past_three_timeouts() {
     let lock = client.lock(&node, "kept").unwrap();
     let guard = lock.lock().await.unwrap();
     tokio::time::sleep(WATCHDOG * 3 + Duration::from_millis(500)).await;
-    assert!(lock.is_locked().await.unwrap(), "renewed past 3x the watchdog timeout");
+    assert!(
+        lock.is_locked().await.unwrap(),
+        "renewed past 3x the watchdog timeout"
+    );
     let ttl = lock.remaining_ttl().await.unwrap().unwrap();
-    assert!(ttl <= WATCHDOG, "the lease is the watchdog timeout, got {ttl:?}");
+    assert!(
+        ttl <= WATCHDOG,
+        "the lease is the watchdog timeout, got {ttl:?}"
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -28,9 +34,14 @@ async fn fixed_lease_expires_without_renewal() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "leased").unwrap();
-    let guard = lock.lock_with_lease(Duration::from_millis(700)).await.unwrap();
+    let guard = lock
+        .lock_with_lease(Duration::from_millis(700))
+        .await
+        .unwrap();
     let deadline = guard.valid_until().expect("a fixed lease has an end");
-    tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost() fires when the lease ends");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires when the lease ends");
     assert!(Instant::now() >= deadline);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!lock.is_locked().await.unwrap(), "expired");
@@ -44,14 +55,21 @@ async fn fixed_lease_expires_without_renewal() {
 async fn no_renewal_after_unlock() {
     let server = server().await;
     let node = node(&server);
-    let client = multilock::Client::builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let client = multilock::Client::builder()
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let lock = client.lock(&node, "stopped").unwrap();
     // Keep another lock held so the node's timer keeps ticking.
     let other = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
     let guard = lock.lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(350)).await; // at least one renewal
 
-    let monitor = redis::Client::open(server.url()).unwrap().get_async_monitor().await.unwrap();
+    let monitor = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_monitor()
+        .await
+        .unwrap();
     let mut lines = monitor.into_on_message::<String>();
     guard.unlock().await.unwrap();
     assert!(!exists(&server, "stopped").await);
@@ -71,7 +89,10 @@ async fn no_renewal_after_unlock() {
         }
     }
     let _ = released;
-    assert!(renewals_of_other >= 2, "the other lock kept being renewed meanwhile ({renewals_of_other})");
+    assert!(
+        renewals_of_other >= 2,
+        "the other lock kept being renewed meanwhile ({renewals_of_other})"
+    );
     other.unlock().await.unwrap();
 }
 
@@ -84,11 +105,26 @@ async fn lost_fires_after_a_force_unlock_elsewhere() {
     let guard = lock.lock().await.unwrap();
     // Another client (an operator) force-unlocks.
     let admin = multilock::Client::new();
-    assert!(admin.lock(&node, "taken-away").unwrap().force_unlock().await.unwrap());
+    assert!(
+        admin
+            .lock(&node, "taken-away")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost() fires");
-    assert!(started.elapsed() <= WATCHDOG + Duration::from_secs(1), "noticed within a renewal period or so");
-    assert!(matches!(guard.unlock().await, Err(multilock::Error::NotHeld { .. })));
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires");
+    assert!(
+        started.elapsed() <= WATCHDOG + Duration::from_secs(1),
+        "noticed within a renewal period or so"
+    );
+    assert!(matches!(
+        guard.unlock().await,
+        Err(multilock::Error::NotHeld { .. })
+    ));
 }
 
 #[tokio::test]
@@ -98,7 +134,10 @@ async fn lost_does_not_fire_while_held() {
     let client = client();
     let guard = client.lock(&node, "steady").unwrap().lock().await.unwrap();
     let fired = tokio::time::timeout(WATCHDOG * 2, guard.lost()).await;
-    assert!(fired.is_err(), "lost() must not fire while renewals succeed");
+    assert!(
+        fired.is_err(),
+        "lost() must not fire while renewals succeed"
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -107,18 +146,34 @@ async fn lost_does_not_fire_while_held() {
 async fn renewals_are_batched_per_node() {
     let server = server().await;
     let node = node(&server);
-    let client = multilock::Client::builder().watchdog_timeout(Duration::from_millis(600)).build().unwrap();
+    let client = multilock::Client::builder()
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
     let mut guards = Vec::new();
     for i in 0..200 {
-        guards.push(client.lock(&node, format!("batch:{i}")).unwrap().lock().await.unwrap());
+        guards.push(
+            client
+                .lock(&node, format!("batch:{i}"))
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        );
     }
     let before = command_calls(&server).await;
     tokio::time::sleep(Duration::from_millis(1000)).await; // ~5 ticks of 200 ms
     let after = command_calls(&server).await;
     let evalsha = delta(&before, &after).get("evalsha").copied().unwrap_or(0);
-    assert!((3..=7).contains(&evalsha), "one renewal call per tick for 200 locks, got {evalsha}");
+    assert!(
+        (3..=7).contains(&evalsha),
+        "one renewal call per tick for 200 locks, got {evalsha}"
+    );
     let pexpire = delta(&before, &after).get("pexpire").copied().unwrap_or(0);
-    assert!(pexpire >= 200 * 3, "every lock renewed each tick ({pexpire})");
+    assert!(
+        pexpire >= 200 * 3,
+        "every lock renewed each tick ({pexpire})"
+    );
     for guard in guards {
         guard.unlock().await.unwrap();
     }

@@ -18,19 +18,41 @@ async fn layout_matches_redisson() {
     let client = client();
     let lock = client.lock(&node, "orders:42").unwrap();
 
-    let (mut sink, mut stream) = redis::Client::open(server.url()).unwrap().get_async_pubsub().await.unwrap().split();
-    sink.subscribe("redisson_lock__channel:{orders:42}").await.unwrap();
+    let (mut sink, mut stream) = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap()
+        .split();
+    sink.subscribe("redisson_lock__channel:{orders:42}")
+        .await
+        .unwrap();
 
     let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
     let _again = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
     let mut conn = raw(&server).await;
-    let fields: Vec<(String, i64)> = redis::cmd("HGETALL").arg("orders:42").query_async(&mut conn).await.unwrap();
+    let fields: Vec<(String, i64)> = redis::cmd("HGETALL")
+        .arg("orders:42")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let owner = guard.owner().to_string();
     assert_eq!(fields, vec![(format!("{}:{}", client.id(), owner), 2)]);
-    let kind: String = redis::cmd("TYPE").arg("orders:42").query_async(&mut conn).await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("orders:42")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(kind, "hash");
-    let pttl: i64 = redis::cmd("PTTL").arg("orders:42").query_async(&mut conn).await.unwrap();
-    assert!((19_000..=20_000).contains(&pttl), "PTTL {pttl} should match the 20 s lease");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("orders:42")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (19_000..=20_000).contains(&pttl),
+        "PTTL {pttl} should match the 20 s lease"
+    );
     let remaining = lock.remaining_ttl().await.unwrap().unwrap();
     assert!(remaining > Duration::from_secs(18));
 
@@ -39,8 +61,14 @@ async fn layout_matches_redisson() {
     assert_eq!(lock.hold_count().await.unwrap(), 1);
     guard.unlock().await.unwrap();
 
-    let message = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap().unwrap();
-    assert_eq!(message.get_channel_name(), "redisson_lock__channel:{orders:42}");
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        message.get_channel_name(),
+        "redisson_lock__channel:{orders:42}"
+    );
     assert_eq!(message.get_payload::<String>().unwrap(), "0");
     assert!(!exists(&server, "orders:42").await);
 }
@@ -52,10 +80,20 @@ async fn hash_tagged_names_keep_their_braces() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "{user:1}:cart").unwrap();
-    let (mut sink, mut stream) = redis::Client::open(server.url()).unwrap().get_async_pubsub().await.unwrap().split();
-    sink.subscribe("redisson_lock__channel:{user:1}:cart").await.unwrap();
+    let (mut sink, mut stream) = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap()
+        .split();
+    sink.subscribe("redisson_lock__channel:{user:1}:cart")
+        .await
+        .unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();
-    let message = tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap().unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(message.get_payload::<String>().unwrap(), "0");
 }
 
@@ -68,20 +106,48 @@ async fn shares_a_lock_with_a_foreign_redisson_client() {
     let client = client();
     let lock = client.lock(&node, "shared").unwrap();
     let mut conn = raw(&server).await;
-    redis::cmd("HSET").arg("shared").arg("b9f8c4e2-java-client:1").arg(1).query_async::<()>(&mut conn).await.unwrap();
-    redis::cmd("PEXPIRE").arg("shared").arg(30_000).query_async::<()>(&mut conn).await.unwrap();
+    redis::cmd("HSET")
+        .arg("shared")
+        .arg("b9f8c4e2-java-client:1")
+        .arg(1)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("shared")
+        .arg(30_000)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
     assert!(lock.try_lock().await.unwrap().is_none());
     let waiter = tokio::spawn({
         let lock = lock.clone();
-        async move { lock.try_lock_for(Duration::from_secs(10), None).await.unwrap().is_some() }
+        async move {
+            lock.try_lock_for(Duration::from_secs(10), None)
+                .await
+                .unwrap()
+                .is_some()
+        }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The Java side unlocks: DEL + PUBLISH 0, as Redisson's unlock script does.
-    redis::cmd("DEL").arg("shared").query_async::<()>(&mut conn).await.unwrap();
-    redis::cmd("PUBLISH").arg("redisson_lock__channel:{shared}").arg("0").query_async::<()>(&mut conn).await.unwrap();
+    redis::cmd("DEL")
+        .arg("shared")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    redis::cmd("PUBLISH")
+        .arg("redisson_lock__channel:{shared}")
+        .arg("0")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     assert!(waiter.await.unwrap());
-    assert!(started.elapsed() < Duration::from_secs(5), "woken by the message, not the 30 s TTL");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "woken by the message, not the 30 s TTL"
+    );
 }
 
 /// An uncontended lock+unlock is exactly two script calls on the wire:
@@ -104,10 +170,16 @@ async fn lock_and_unlock_cost_two_script_calls() {
     // Our own INFO call shows up once, and the scripts' inner commands are
     // counted by commandstats too: keep only what came over the wire.
     delta.remove("info");
-    for inner in ["exists", "hexists", "hincrby", "pexpire", "del", "publish", "get", "set"] {
+    for inner in [
+        "exists", "hexists", "hincrby", "pexpire", "del", "publish", "get", "set",
+    ] {
         delta.remove(inner);
     }
-    assert_eq!(delta.remove("evalsha"), Some(20), "two EVALSHA per lock+unlock");
+    assert_eq!(
+        delta.remove("evalsha"),
+        Some(20),
+        "two EVALSHA per lock+unlock"
+    );
     assert!(delta.is_empty(), "nothing else on the wire: {delta:?}");
 }
 
@@ -117,7 +189,12 @@ async fn script_hashes_match_script_load() {
     let server = server().await;
     let mut conn = raw(&server).await;
     for (name, source, hash) in scripts() {
-        let loaded: String = redis::cmd("SCRIPT").arg("LOAD").arg(source).query_async(&mut conn).await.unwrap();
+        let loaded: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         assert_eq!(loaded, hash, "{name}");
     }
 }

@@ -295,7 +295,9 @@ impl Actor {
             }
             return true;
         }
-        let conn = self.connection(shared);
+        let Some(conn) = self.connection(shared) else {
+            return false;
+        };
         let result = if want {
             tokio::time::timeout(shared.response_timeout, conn.subscribe(channel)).await
         } else {
@@ -352,8 +354,8 @@ impl Actor {
         }
     }
 
-    fn connection(&mut self, shared: &Arc<Shared>) -> &mut ConnectionManager {
-        self.conn.get_or_insert_with(|| {
+    fn connection(&mut self, shared: &Arc<Shared>) -> Option<&mut ConnectionManager> {
+        if self.conn.is_none() {
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(shared.connect_timeout))
                 .set_response_timeout(Some(shared.response_timeout))
@@ -361,8 +363,14 @@ impl Actor {
                 .set_number_of_retries(usize::MAX)
                 .set_max_delay(MAX_BACKOFF)
                 .set_push_sender(PushRouter(Arc::downgrade(shared)));
-            ConnectionManager::new_lazy_with_config(shared.client.clone(), config)
-                .expect("a lazy connection manager with a push sender on RESP3")
-        })
+            match ConnectionManager::new_lazy_with_config(shared.client.clone(), config) {
+                Ok(conn) => self.conn = Some(conn),
+                Err(err) => {
+                    tracing::warn!(node = %shared.node, error = %err, "cannot set up the subscription connection");
+                    return None;
+                }
+            }
+        }
+        self.conn.as_mut()
     }
 }

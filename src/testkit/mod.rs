@@ -19,10 +19,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod containers;
 mod process;
 
 use std::io;
 
+pub use containers::{RedisContainer, ReplicatedPair};
 pub use process::RedisProcess;
 
 /// A Redis server under test, with the faults a test can inject.
