@@ -511,7 +511,8 @@ impl Lock {
         field: &str,
         lease: Option<Duration>,
     ) -> redis::ScriptInvocation<'static> {
-        let request_id = uuid::Uuid::new_v4().to_string();
+        // From the thread-local RNG: `new_v4` asks the OS for entropy on every call.
+        let request_id = uuid::Builder::from_random_bytes(rand::random()).into_uuid().to_string();
         let latch = scripts::unlock_latch_key(&self.inner.name, &request_id);
         let mut invocation = scripts::RELEASE.key(&self.inner.name);
         invocation

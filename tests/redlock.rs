@@ -80,18 +80,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
                     .unwrap();
                 for _ in 0..15 {
                     let guard = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
-                    let v: Option<u64> = redis::cmd("GET")
-                        .arg("counter")
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                    tokio::task::yield_now().await;
-                    redis::cmd("SET")
-                        .arg("counter")
-                        .arg(v.unwrap_or(0) + 1)
-                        .query_async::<()>(&mut conn)
-                        .await
-                        .unwrap();
+                    increment_unsafely(&mut conn).await;
                     guard.unlock().await.unwrap();
                 }
             }));
@@ -100,13 +89,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    let mut conn = raw(&servers[0]).await;
-    let v: u64 = redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(v, 3 * 8 * 15);
+    assert_eq!(counter(&servers[0]).await, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 

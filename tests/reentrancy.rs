@@ -137,18 +137,7 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
                 .unwrap();
             for _ in 0..ROUNDS {
                 let guard = lock.lock().await.unwrap();
-                let value: Option<u64> = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                tokio::task::yield_now().await;
-                redis::cmd("SET")
-                    .arg("counter")
-                    .arg(value.unwrap_or(0) + 1)
-                    .query_async::<()>(&mut conn)
-                    .await
-                    .unwrap();
+                increment_unsafely(&mut conn).await;
                 guard.unlock().await.unwrap();
             }
         }));
@@ -156,12 +145,6 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     for task in tasks {
         task.await.unwrap();
     }
-    let mut conn = raw(&server).await;
-    let value: u64 = redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(value, (TASKS * ROUNDS) as u64);
+    assert_eq!(counter(&server).await, (TASKS * ROUNDS) as u64);
     assert!(!exists(&server, "counter-lock").await);
 }

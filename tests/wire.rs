@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
-use multilock::testkit::{TestServer, scripts};
+use multilock::testkit::scripts;
 
 /// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
 /// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.
@@ -18,15 +18,7 @@ async fn layout_matches_redisson() {
     let client = client();
     let lock = client.lock(&node, "orders:42").unwrap();
 
-    let (mut sink, mut stream) = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap()
-        .split();
-    sink.subscribe("redisson_lock__channel:{orders:42}")
-        .await
-        .unwrap();
+    let mut stream = Box::pin(subscribe_raw(&server, "redisson_lock__channel:{orders:42}").await);
 
     let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
     let _again = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
@@ -80,15 +72,7 @@ async fn hash_tagged_names_keep_their_braces() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "{user:1}:cart").unwrap();
-    let (mut sink, mut stream) = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap()
-        .split();
-    sink.subscribe("redisson_lock__channel:{user:1}:cart")
-        .await
-        .unwrap();
+    let mut stream = Box::pin(subscribe_raw(&server, "redisson_lock__channel:{user:1}:cart").await);
     lock.lock().await.unwrap().unlock().await.unwrap();
     let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await

@@ -82,6 +82,46 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> Has
         .collect()
 }
 
+/// Read, yield, write: an increment that loses updates if two holders
+/// ever overlap. The counter the contention tests guard with a lock.
+pub async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
+    let value: Option<u64> = redis::cmd("GET")
+        .arg("counter")
+        .query_async(conn)
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    redis::cmd("SET")
+        .arg("counter")
+        .arg(value.unwrap_or(0) + 1)
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+pub async fn counter(server: &RedisProcess) -> u64 {
+    let mut conn = raw(server).await;
+    redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A raw subscription to `channel`, as a Java client's would be.
+pub async fn subscribe_raw(
+    server: &RedisProcess,
+    channel: &str,
+) -> impl futures::Stream<Item = redis::Msg> {
+    let mut pubsub = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub.into_on_message()
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
