@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+mod api;
 mod client;
 mod detach;
 mod error;
@@ -17,6 +18,7 @@ mod watchdog;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use api::DistributedLock;
 pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;

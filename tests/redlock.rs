@@ -359,3 +359,37 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
     }
     assert!(last.load(Ordering::SeqCst) >= 1000);
 }
+
+/// The three lock types are interchangeable behind `DistributedLock`.
+#[tokio::test]
+async fn the_three_lock_types_are_interchangeable() {
+    async fn exercise<L: multilock::DistributedLock>(lock: L) {
+        let guard = lock.lock().await.unwrap();
+        assert!(lock.is_locked().await.unwrap());
+        assert!(lock.is_held_by_current_owner().await.unwrap());
+        let again = lock.try_lock().await.unwrap().expect("re-entry");
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        again.unlock().await.unwrap();
+        guard.unlock().await.unwrap();
+        let leased = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
+        assert!(lock.remaining_ttl().await.unwrap().unwrap() <= Duration::from_secs(5));
+        drop(leased);
+        let guard = lock
+            .try_lock_for(Duration::from_secs(2), None)
+            .await
+            .unwrap()
+            .expect("free");
+        assert!(lock.force_unlock().await.unwrap());
+        assert!(!lock.is_locked().await.unwrap());
+        assert!(guard.unlock().await.is_err(), "force-unlocked underneath");
+    }
+    let servers = servers(3).await;
+    let nodes = nodes(&servers);
+    let client = client();
+    exercise(client.lock(&nodes[0], "single").unwrap()).await;
+    exercise(client.multi_lock_on(&nodes, "multi").unwrap()).await;
+    exercise(client.red_lock_on(&nodes, "red").unwrap()).await;
+    for name in ["single", "multi", "red"] {
+        assert!(keys_left(&servers, name).await.is_empty(), "{name}");
+    }
+}

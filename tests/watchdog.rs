@@ -161,18 +161,19 @@ async fn renewals_are_batched_per_node() {
                 .unwrap(),
         );
     }
+    // One tick first: it loads the renewal script (NOSCRIPT, SCRIPT LOAD).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let before = command_calls(&server).await;
     tokio::time::sleep(Duration::from_millis(1000)).await; // ~5 ticks of 200 ms
     let after = command_calls(&server).await;
-    let evalsha = delta(&before, &after).get("evalsha").copied().unwrap_or(0);
-    assert!(
-        (3..=7).contains(&evalsha),
-        "one renewal call per tick for 200 locks, got {evalsha}"
-    );
-    let pexpire = delta(&before, &after).get("pexpire").copied().unwrap_or(0);
-    assert!(
-        pexpire >= 200 * 3,
-        "every lock renewed each tick ({pexpire})"
+    let calls = delta(&before, &after);
+    let evalsha = calls.get("evalsha").copied().unwrap_or(0);
+    let pexpire = calls.get("pexpire").copied().unwrap_or(0);
+    assert!(evalsha >= 2, "the timer ticked ({evalsha} renewal calls)");
+    assert_eq!(
+        pexpire,
+        200 * evalsha,
+        "each renewal call renews all 200 locks"
     );
     for guard in guards {
         guard.unlock().await.unwrap();
