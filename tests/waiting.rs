@@ -178,3 +178,87 @@ async fn dropping_a_guard_releases_it() {
         .await
         .unwrap();
 }
+
+/// 200 waiters on 20 locks share one subscription connection; the last
+/// waiter of a channel leaving unsubscribes it.
+#[tokio::test]
+async fn waiters_share_one_subscription_connection() {
+    let server = server().await;
+    let node = node(&server);
+    let holder_client = client();
+    let mut holders = Vec::new();
+    for i in 0..20 {
+        holders.push(
+            holder_client
+                .lock(&node, format!("shared:{i}"))
+                .unwrap()
+                .lock()
+                .await
+                .unwrap(),
+        );
+    }
+    let waiter_client = Client::new();
+    let waiters: Vec<_> = (0..200)
+        .map(|i| {
+            let lock = waiter_client
+                .lock(&node, format!("shared:{}", i % 20))
+                .unwrap();
+            tokio::spawn(async move {
+                let guard = lock
+                    .try_lock_for(Duration::from_secs(30), None)
+                    .await
+                    .unwrap();
+                guard
+                    .expect("every waiter gets its lock")
+                    .unlock()
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut conn = raw(&server).await;
+    let pubsub: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        pubsub.lines().count(),
+        1,
+        "one subscription connection: {pubsub}"
+    );
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("redisson_lock__channel:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(channels.len(), 20);
+
+    for holder in holders {
+        holder.unlock().await.unwrap();
+    }
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redisson_lock__channel:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if channels.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still subscribed after every waiter left: {channels:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

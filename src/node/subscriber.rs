@@ -285,8 +285,16 @@ impl Actor {
 
     /// Brings one channel to the wanted state. False when the node failed.
     async fn reconcile(&mut self, shared: &Arc<Shared>, channel: &str) -> bool {
-        let (want, have) = match shared.channels.lock().unwrap().get(channel) {
-            Some(ch) => (ch.waiters > 0, ch.subscribed),
+        let (want, have) = match shared.channels.lock().unwrap().get_mut(channel) {
+            Some(ch) => {
+                let state = (ch.waiters > 0, ch.subscribed);
+                // Leaving: from now on a newcomer must wait for a fresh
+                // confirmation rather than trust a subscription on its way out.
+                if state == (false, true) {
+                    ch.subscribed = false;
+                }
+                state
+            }
             None => return true,
         };
         if want == have {
@@ -308,8 +316,8 @@ impl Actor {
                 self.timeouts_in_a_row = 0;
                 let mut channels = shared.channels.lock().unwrap();
                 if let Some(ch) = channels.get_mut(channel) {
-                    ch.subscribed = want;
                     if want {
+                        ch.subscribed = true;
                         ch.ready.notify_waiters();
                     } else if ch.waiters == 0 {
                         channels.remove(channel);
@@ -336,11 +344,12 @@ impl Actor {
                     tracing::debug!(node = %shared.node, "subscription connection unresponsive; rebuilding it");
                     self.conn = None;
                     self.timeouts_in_a_row = 0;
-                    // A rebuilt connection has no subscriptions.
-                    for ch in shared.channels.lock().unwrap().values_mut() {
-                        ch.subscribed = false;
-                    }
-                    shared.send(Reconcile::All);
+                    // A rebuilt connection has no subscriptions, and messages
+                    // may have been missed: as after a disconnection.
+                    shared.on_disconnect();
+                }
+                if !want {
+                    Self::forget_if_unused(shared, channel);
                 }
                 !want
             }
