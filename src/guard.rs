@@ -222,8 +222,10 @@ impl Guard {
         }
     }
 
-    /// Resolves when the lock is known to be gone: for a single node, when
-    /// the watchdog finds it missing or its fixed lease ran out; for a
+    /// Resolves when the lock is known to be gone, or may be: for a single
+    /// node, when the watchdog finds it missing, when no renewal could be
+    /// confirmed for a whole watchdog timeout (the node is unreachable: the
+    /// key may have expired there), or when its fixed lease ran out; for a
     /// multi-node lock, as soon as the nodes still held fall below the quorum.
     ///
     /// # Cancel safety

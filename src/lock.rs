@@ -383,6 +383,7 @@ impl Lock {
                         &self.inner.node,
                         &self.inner.name,
                         &field,
+                        sent_at,
                     )
                 });
                 Ok(Attempt::Granted(HeldPart::new(
@@ -512,7 +513,9 @@ impl Lock {
         lease: Option<Duration>,
     ) -> redis::ScriptInvocation<'static> {
         // From the thread-local RNG: `new_v4` asks the OS for entropy on every call.
-        let request_id = uuid::Builder::from_random_bytes(rand::random()).into_uuid().to_string();
+        let request_id = uuid::Builder::from_random_bytes(rand::random())
+            .into_uuid()
+            .to_string();
         let latch = scripts::unlock_latch_key(&self.inner.name, &request_id);
         let mut invocation = scripts::RELEASE.key(&self.inner.name);
         invocation

@@ -4,7 +4,9 @@
 //! renews every lock held there in batched script calls (one call per
 //! [`RENEW_BATCH_SIZE`] locks). A lock found gone stops being renewed and its
 //! guards learn it through `lost()`; a node error is logged and retried on the
-//! next tick, and does not touch other nodes' timers.
+//! next tick, and does not touch other nodes' timers. When no renewal could be
+//! confirmed until the last confirmed TTL (minus drift) ran out, `lost()`
+//! fires too: the holder cannot know the key still exists.
 //!
 //! No renewal outlives an unlock: the release first removes its entry, then
 //! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
@@ -50,7 +52,17 @@ type EntryKey = (String, Arc<str>);
 
 struct Entry {
     holds: usize,
-    lost: watch::Sender<bool>,
+    lost: watch::Sender<Standing>,
+}
+
+/// What a guard knows about its lock on one node.
+#[derive(Clone, Copy)]
+struct Standing {
+    /// A renewal found the lock gone.
+    gone: bool,
+    /// The lock may have expired on the node from here on: when the last
+    /// request that set its TTL was sent, plus the TTL, minus clock drift.
+    expires: tokio::time::Instant,
 }
 
 /// A lock part's registration with its node's watchdog. Stopping it (or
@@ -58,7 +70,7 @@ struct Entry {
 pub(crate) struct Renewal {
     dog: Arc<NodeWatchdog>,
     key: EntryKey,
-    lost: watch::Receiver<bool>,
+    lost: watch::Receiver<Standing>,
     stopped: bool,
 }
 
@@ -75,7 +87,13 @@ impl Watchdogs {
     }
 
     /// Starts renewing `key`/`field` on `node`. Call right after the grant.
-    pub(crate) fn register(&self, node: &Node, key: &str, field: &Arc<str>) -> Renewal {
+    pub(crate) fn register(
+        &self,
+        node: &Node,
+        key: &str,
+        field: &Arc<str>,
+        granted_at: tokio::time::Instant,
+    ) -> Renewal {
         let dog = self
             .by_node
             .lock()
@@ -90,17 +108,25 @@ impl Watchdogs {
                 })
             })
             .clone();
-        dog.register((key.to_owned(), field.clone()))
+        dog.register((key.to_owned(), field.clone()), granted_at)
     }
 }
 
 impl NodeWatchdog {
-    fn register(self: &Arc<Self>, key: EntryKey) -> Renewal {
+    fn register(self: &Arc<Self>, key: EntryKey, granted_at: tokio::time::Instant) -> Renewal {
+        let expires = self.expiry(granted_at);
         let mut entries = self.entries.lock().unwrap();
         let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
             holds: 0,
-            lost: watch::channel(false).0,
+            lost: watch::channel(Standing {
+                gone: false,
+                expires,
+            })
+            .0,
         });
+        entry
+            .lost
+            .send_modify(|s| s.expires = s.expires.max(expires));
         entry.holds += 1;
         let lost = entry.lost.subscribe();
         if !entries.timer_running {
@@ -118,6 +144,11 @@ impl NodeWatchdog {
             lost,
             stopped: false,
         }
+    }
+
+    /// When a TTL set by a request sent at `sent_at` may have run out.
+    fn expiry(&self, sent_at: tokio::time::Instant) -> tokio::time::Instant {
+        sent_at + self.timeout - (self.timeout / 100 + Duration::from_millis(2)).min(self.timeout)
     }
 
     /// Waits until no renewal call is under way on this node.
@@ -141,6 +172,7 @@ impl NodeWatchdog {
         let lease_ms = self.timeout.as_millis() as u64;
         for chunk in batch.chunks(RENEW_BATCH_SIZE) {
             let started = Instant::now();
+            let sent_at = tokio::time::Instant::now();
             let mut invocation = scripts::RENEW_BATCH.prepare_invoke();
             invocation.arg(lease_ms);
             for (key, field) in chunk {
@@ -154,12 +186,17 @@ impl NodeWatchdog {
                 Ok(renewed) => {
                     tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "renewed");
                     let mut entries = self.entries.lock().unwrap();
+                    let expires = self.expiry(sent_at);
                     for (key, ok) in chunk.iter().zip(renewed) {
                         if ok == 0 {
                             if let Some(entry) = entries.by_lock.remove(key) {
                                 tracing::warn!(lock = %key.0, "lock found gone during renewal");
-                                entry.lost.send_replace(true);
+                                entry.lost.send_modify(|s| s.gone = true);
                             }
+                        } else if let Some(entry) = entries.by_lock.get(key) {
+                            entry
+                                .lost
+                                .send_modify(|s| s.expires = s.expires.max(expires));
                         }
                     }
                 }
@@ -172,12 +209,23 @@ impl NodeWatchdog {
 }
 
 impl Renewal {
-    /// Resolves when the renewal found the lock gone.
+    /// Resolves when the renewal found the lock gone, or when no renewal
+    /// succeeded for so long that the lock may have expired on the node
+    /// (the node is unreachable: a partition, a crash).
     pub(crate) async fn lost(&self) {
         let mut lost = self.lost.clone();
-        // A closed channel means the entry was dropped, which only happens
-        // once the lock is gone.
-        let _ = lost.wait_for(|gone| *gone).await;
+        loop {
+            let standing = *lost.borrow_and_update();
+            if standing.gone {
+                return;
+            }
+            tokio::select! {
+                // A closed channel means the entry was dropped, which only
+                // happens once the lock is gone.
+                changed = lost.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep_until(standing.expires) => return,
+            }
+        }
     }
 
     /// Stops renewing (the last hold out removes the entry) and returns the

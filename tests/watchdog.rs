@@ -179,3 +179,30 @@ async fn renewals_are_batched_per_node() {
         guard.unlock().await.unwrap();
     }
 }
+
+/// A holder that cannot reach its node any more is told once the last
+/// confirmed TTL has run out: it cannot know the key still exists.
+#[tokio::test]
+async fn lost_fires_when_the_node_stops_answering() {
+    let mut server = server().await;
+    let node = node(&server);
+    let client = client();
+    let guard = client
+        .lock(&node, "unreachable")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    server.pause().await.unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires while the node is unreachable");
+    assert!(
+        started.elapsed() <= WATCHDOG + Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    server.unpause().await.unwrap();
+    drop(guard);
+}

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -279,12 +280,12 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         lease: Option<Duration>,
         deadline: Instant,
     ) -> Result<Option<Guard>> {
-        let mut failures = match self.round(owner, lease).await {
+        let mut lost = match self.round(owner, lease).await {
             Ok(guard) => return Ok(Some(guard)),
-            Err(failures) => failures,
+            Err(lost) => lost,
         };
         if Instant::now() >= deadline {
-            return self.give_up(failures);
+            return self.give_up(lost);
         }
         // Subscribed before the next round, so a release during it wakes us.
         let patience = self.node_timeout.min(deadline - Instant::now());
@@ -303,13 +304,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     woken
                 })
                 .collect();
-            failures = match self.round(owner, lease).await {
+            lost = match self.round(owner, lease).await {
                 Ok(guard) => return Ok(Some(guard)),
-                Err(failures) => failures,
+                Err(lost) => lost,
             };
             let now = Instant::now();
             if now >= deadline {
-                return self.give_up(failures);
+                return self.give_up(lost);
             }
             let nap = policy::retry_delay().min(deadline - now);
             let any_release = futures::future::select_all(wakes.iter_mut().map(|w| w.as_mut()));
@@ -322,17 +323,18 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// `None`, or the error when node failures (not contention) made the
     /// quorum unreachable.
-    fn give_up(&self, failures: Vec<NodeFailure>) -> Result<Option<Guard>> {
-        let errors = failures
+    fn give_up(&self, lost: LostRound) -> Result<Option<Guard>> {
+        let errors = lost
+            .failures
             .iter()
             .filter(|f| matches!(f.cause, FailureCause::Failed(_)))
             .count();
         if errors > self.locks.len() - self.quorum() {
             Err(Error::NoQuorum(QuorumError {
                 lock: self.locks[0].name().to_owned(),
-                succeeded: self.locks.len() - failures.len(),
+                succeeded: lost.granted,
                 required: self.quorum(),
-                failures,
+                failures: lost.failures,
             }))
         } else {
             Ok(None)
@@ -346,7 +348,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         &self,
         owner: &Owner,
         lease: Option<Duration>,
-    ) -> std::result::Result<Guard, Vec<NodeFailure>> {
+    ) -> std::result::Result<Guard, LostRound> {
         let n = self.locks.len();
         let required = self.quorum();
         let validity_lease = lease.unwrap_or_else(|| self.locks[0].client().watchdog_timeout());
@@ -359,29 +361,37 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         };
 
         // 1. Fan out to every node at once, each under its own timeout. A
-        //    request cut off by the timeout finishes in the background and is
-        //    rolled back there (see `Lock::attempt`).
+        //    request cut off (by its timeout, or because the round is over)
+        //    finishes in the background and is rolled back there (see
+        //    `Lock::attempt`).
         let started = Instant::now();
-        let attempts = join_all(self.locks.iter().map(|lock| async move {
-            match tokio::time::timeout(node_timeout, lock.attempt(owner, lease)).await {
-                Ok(attempt) => attempt,
-                Err(_) => Err(Error::NodeUnavailable {
-                    node: lock.node().addr().to_owned(),
-                    reason: Unavailable::Timeout,
-                    source: None,
-                }),
-            }
-        }))
-        .await;
-        let elapsed = started.elapsed();
+        let mut attempts: FuturesUnordered<_> = self
+            .locks
+            .iter()
+            .enumerate()
+            .map(|(index, lock)| async move {
+                let attempt =
+                    match tokio::time::timeout(node_timeout, lock.attempt(owner, lease)).await {
+                        Ok(attempt) => attempt,
+                        Err(_) => Err(Error::NodeUnavailable {
+                            node: lock.node().addr().to_owned(),
+                            reason: Unavailable::Timeout,
+                            source: None,
+                        }),
+                    };
+                (index, lock, attempt)
+            })
+            .collect();
 
-        // 2. Count the grants.
+        // 2. Count the answers as they come. Once the quorum is out of reach,
+        //    stop waiting for slow nodes: releasing now lets a competitor that
+        //    split the nodes with us win instead of both waiting out timeouts.
         let mut parts = Vec::with_capacity(n);
         let mut failures = Vec::new();
-        for (lock, attempt) in self.locks.iter().zip(attempts) {
+        while let Some((index, lock, attempt)) = attempts.next().await {
             let node = lock.node().addr().to_owned();
             match attempt {
-                Ok(Attempt::Granted(part)) => parts.push(part),
+                Ok(Attempt::Granted(part)) => parts.push((index, part)),
                 Ok(Attempt::Taken(ttl)) => failures.push(NodeFailure {
                     node,
                     cause: FailureCause::Taken(ttl),
@@ -391,7 +401,15 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     cause: FailureCause::Failed(err),
                 }),
             }
+            if failures.len() > n - required {
+                break;
+            }
         }
+        drop(attempts);
+        let elapsed = started.elapsed();
+        // In the order of the locks, whatever order the answers came in.
+        parts.sort_unstable_by_key(|(index, _)| *index);
+        let parts: Vec<HeldPart> = parts.into_iter().map(|(_, part)| part).collect();
 
         // 3. A quorum, still valid once acquiring time and drift are paid?
         let validity = policy::validity(validity_lease, elapsed);
@@ -401,8 +419,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     match self.settle_token(&parts, node_timeout).await {
                         Some(token) => Some(token),
                         None => {
-                            release_all(parts).await;
-                            return Err(failures);
+                            return Err(LostRound::released(parts, failures).await);
                         }
                     }
                 } else {
@@ -425,8 +442,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
 
         // 4. No: release every grant, concurrently.
-        release_all(parts).await;
-        Err(failures)
+        Err(LostRound::released(parts, failures).await)
     }
 
     /// The token of a fenced round: the highest INCR among the grants, then
@@ -588,13 +604,24 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 }
 
-/// Releases every part at once; failures are logged (each part's lease
-/// bounds the damage). Finishes in the background if dropped.
-async fn release_all(parts: Vec<HeldPart>) {
-    for result in join_all(parts.into_iter().map(HeldPart::release)).await {
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "rollback release failed");
+/// A round that did not win: how many nodes granted (all released since),
+/// and what the others said.
+struct LostRound {
+    granted: usize,
+    failures: Vec<NodeFailure>,
+}
+
+impl LostRound {
+    /// Releases every grant at once; failures are logged (each part's lease
+    /// bounds the damage). Finishes in the background if dropped.
+    async fn released(parts: Vec<HeldPart>, failures: Vec<NodeFailure>) -> LostRound {
+        let granted = parts.len();
+        for result in join_all(parts.into_iter().map(HeldPart::release)).await {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "rollback release failed");
+            }
         }
+        LostRound { granted, failures }
     }
 }
 

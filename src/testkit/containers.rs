@@ -20,6 +20,14 @@
 //! the same connections again. This needs a Linux host, where the host
 //! routes to bridge networks (not Docker Desktop's VM).
 //!
+//! Asymmetric partitions: servers from
+//! [`RedisContainer::start_many_two_sided`] sit on two networks, side A
+//! ([`TestServer::url`]) and side B ([`RedisContainer::url_from`]);
+//! [`RedisContainer::partition_side`] cuts one side only, so a client on
+//! side A loses a server that a client on side B still reaches. A
+//! [`ReplicatedPair`] replicates over side B, so cutting its link leaves
+//! both servers reachable for clients.
+//!
 //! The Docker API is spoken through the `bollard` client that
 //! `testcontainers` re-exports, with the API version negotiated with the
 //! daemon: `testcontainers`' own runner pins API 1.53, which daemons older
@@ -28,11 +36,16 @@
 //! # Environment
 //!
 //! - `MULTILOCK_REDIS_IMAGE`: the image ([`IMAGE_ENV`]); default `redis:7`
-//!   ([`DEFAULT_IMAGE`]). A missing image is pulled once; when that fails,
+//!   ([`DEFAULT_IMAGE`]). A missing image is pulled; when that fails,
 //!   starting fails with a message that says how to build the local one.
 //! - `MULTILOCK_KEEP_CONTAINERS=1` ([`KEEP_ENV`]): containers and networks
 //!   are left behind for debugging (their names are printed on stderr).
 //! - `DOCKER_HOST`: the Docker daemon, as for the `docker` CLI.
+//!
+//! Everything the kit creates carries the label `org.multilock.testkit`.
+//! After a test process was killed (no `Drop` ran):
+//! `docker rm -f $(docker ps -aq --filter label=org.multilock.testkit)` and
+//! `docker network prune -f --filter label=org.multilock.testkit`.
 //!
 //! # Examples
 //!
@@ -342,16 +355,47 @@ impl Drop for Network {
 /// removal takes (on a helper thread, so any runtime is fine).
 pub struct RedisContainer {
     docker: Docker,
-    network: Option<Arc<Network>>,
+    /// Side A first; side B for two-sided servers.
+    sides: Vec<Attachment>,
     name: String,
     /// `None` once removed.
     id: Option<String>,
-    ip: Ipv4Addr,
     /// `redis-server` flags after the kit's own.
     flags: Vec<String>,
     killed: bool,
     paused: bool,
-    partitioned: bool,
+}
+
+/// One of a container's networks and its fixed address there.
+struct Attachment {
+    network: Arc<Network>,
+    ip: Ipv4Addr,
+    /// Disconnected by a partition.
+    cut: bool,
+}
+
+/// One of the two networks of a two-sided server
+/// ([`RedisContainer::start_many_two_sided`]).
+///
+/// Side A is the one [`TestServer::url`] uses. Clients that reach the
+/// servers through side B are not affected by a partition of side A, which
+/// is how a test cuts one client off a majority of the servers while
+/// another client still reaches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The first network: [`TestServer::url`].
+    A,
+    /// The second network.
+    B,
+}
+
+impl Side {
+    fn index(self) -> usize {
+        match self {
+            Side::A => 0,
+            Side::B => 1,
+        }
+    }
 }
 
 impl RedisContainer {
@@ -378,7 +422,7 @@ impl RedisContainer {
         ensure_image(&docker, &image()).await?;
         let network = Arc::new(Network::create(&docker).await?);
         let flags = flags.iter().map(|f| (*f).to_owned()).collect();
-        Self::launch(docker, network, flags).await
+        Self::launch(docker, vec![network], flags).await
     }
 
     /// Starts `n` servers concurrently, on one network (so they can reach
@@ -393,41 +437,78 @@ impl RedisContainer {
         ensure_image(&docker, &image()).await?;
         let network = Arc::new(Network::create(&docker).await?);
         futures::future::try_join_all(
-            (0..n).map(|_| Self::launch(docker.clone(), network.clone(), Vec::new())),
+            (0..n).map(|_| Self::launch(docker.clone(), vec![network.clone()], Vec::new())),
         )
+        .await
+    }
+
+    /// Starts `n` servers concurrently, each on two networks shared by all
+    /// of them: side A ([`TestServer::url`]) and side B
+    /// ([`RedisContainer::url_from`]). [`RedisContainer::partition_side`]
+    /// cuts one side only: clients on the other side still reach the
+    /// server, as in a partition that isolates one client.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisContainer::start_many`].
+    pub async fn start_many_two_sided(n: usize) -> io::Result<Vec<RedisContainer>> {
+        let docker = connect().await?;
+        ensure_image(&docker, &image()).await?;
+        let side_a = Arc::new(Network::create(&docker).await?);
+        let side_b = Arc::new(Network::create(&docker).await?);
+        futures::future::try_join_all((0..n).map(|_| {
+            Self::launch(
+                docker.clone(),
+                vec![side_a.clone(), side_b.clone()],
+                Vec::new(),
+            )
+        }))
         .await
     }
 
     async fn launch(
         docker: Docker,
-        network: Arc<Network>,
+        networks: Vec<Arc<Network>>,
         flags: Vec<String>,
     ) -> io::Result<RedisContainer> {
-        let ip = network.next_ip()?;
-        let name = format!("{}-{}", network.name, ip.octets()[3]);
+        let sides = networks
+            .into_iter()
+            .map(|network| {
+                Ok(Attachment {
+                    ip: network.next_ip()?,
+                    network,
+                    cut: false,
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let name = format!("{}-{}", sides[0].network.name, sides[0].ip.octets()[3]);
         let mut server = RedisContainer {
             docker,
-            network: Some(network),
+            sides,
             name,
             id: None,
-            ip,
             flags,
             killed: false,
             paused: false,
-            partitioned: false,
         };
         server.create_and_run().await?;
         Ok(server)
     }
 
-    fn network_name(&self) -> &str {
-        &self.network.as_ref().expect("set until removed").name
+    fn endpoint(ip: Ipv4Addr) -> EndpointSettings {
+        EndpointSettings {
+            ipam_config: Some(EndpointIpamConfig {
+                ipv4_address: Some(ip.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
     }
 
     /// Creates the container at this server's address, starts it and waits
     /// for PING.
     async fn create_and_run(&mut self) -> io::Result<()> {
-        let network = self.network_name().to_owned();
+        let network = self.sides[0].network.name.clone();
         let mut cmd: Vec<String> = [
             "redis-server",
             "--port",
@@ -445,13 +526,7 @@ impl RedisContainer {
         .map(|s| (*s).to_owned())
         .collect();
         cmd.extend(self.flags.iter().cloned());
-        let endpoint = EndpointSettings {
-            ipam_config: Some(EndpointIpamConfig {
-                ipv4_address: Some(self.ip.to_string()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let endpoint = Self::endpoint(self.sides[0].ip);
         let body = ContainerCreateBody {
             image: Some(image()),
             cmd: Some(cmd),
@@ -474,6 +549,19 @@ impl RedisContainer {
         )
         .await?;
         self.id = Some(created.id);
+        // Docker before API 1.44 attaches one network at creation: the
+        // others are connected before the start.
+        for side in &self.sides[1..] {
+            let request = NetworkConnectRequest {
+                container: self.name.clone(),
+                endpoint_config: Some(Self::endpoint(side.ip)),
+            };
+            bounded(
+                format!("connecting {} to {}", self.name, side.network.name),
+                self.docker.connect_network(&side.network.name, request),
+            )
+            .await?;
+        }
         bounded(
             format!("starting container {}", self.name),
             self.docker
@@ -482,15 +570,35 @@ impl RedisContainer {
         .await?;
         self.killed = false;
         self.paused = false;
-        self.partitioned = false;
+        for side in &mut self.sides {
+            side.cut = false;
+        }
         wait_until_ready(&self.url(), READY_LIMIT)
             .await
             .map_err(|err| io::Error::new(err.kind(), format!("container {}: {err}", self.name)))
     }
 
-    /// The container's address on its network.
+    /// The container's address on side A, the network [`TestServer::url`]
+    /// uses.
     pub fn ip(&self) -> Ipv4Addr {
-        self.ip
+        self.sides[0].ip
+    }
+
+    /// `redis://ip:6379` through the given side.
+    ///
+    /// # Panics
+    ///
+    /// For [`Side::B`] of a server not started with
+    /// [`RedisContainer::start_many_two_sided`] (or
+    /// [`ReplicatedPair::start`]).
+    pub fn url_from(&self, side: Side) -> String {
+        let attachment = self.sides.get(side.index()).unwrap_or_else(|| {
+            panic!(
+                "container {} has no side B: start it with start_many_two_sided",
+                self.name
+            )
+        });
+        format!("redis://{}:{REDIS_PORT}", attachment.ip)
     }
 
     /// The port Redis listens on ([`REDIS_PORT`]).
@@ -509,9 +617,9 @@ impl RedisContainer {
         !self.killed
     }
 
-    /// Whether the container is cut off its network.
+    /// Whether the container is cut off any of its networks.
     pub fn is_partitioned(&self) -> bool {
-        self.partitioned
+        self.sides.iter().any(|side| side.cut)
     }
 
     /// Removes the container (and its network, when no other container of
@@ -522,13 +630,13 @@ impl RedisContainer {
     ///
     /// When Docker refuses the removal.
     pub async fn rm(mut self) -> io::Result<()> {
-        let removed = self.remove_container().await;
-        let network = self.network.take().and_then(Arc::into_inner);
-        let network_removed = match network {
-            Some(network) => network.remove(&self.docker).await,
-            None => Ok(()),
-        };
-        removed.and(network_removed)
+        let mut outcome = self.remove_container().await;
+        for side in std::mem::take(&mut self.sides) {
+            if let Some(network) = Arc::into_inner(side.network) {
+                outcome = outcome.and(network.remove(&self.docker).await);
+            }
+        }
+        outcome
     }
 
     async fn remove_container(&mut self) -> io::Result<()> {
@@ -538,7 +646,8 @@ impl RedisContainer {
         if keep_containers() {
             eprintln!(
                 "multilock testkit: keeping container {} ({})",
-                self.name, self.ip
+                self.name,
+                self.url()
             );
             return Ok(());
         }
@@ -611,7 +720,7 @@ impl RedisContainer {
 
 impl TestServer for RedisContainer {
     fn url(&self) -> String {
-        format!("redis://{}:{REDIS_PORT}", self.ip)
+        self.url_from(Side::A)
     }
 
     /// `docker kill` (unpausing first, as Docker requires): the data is
@@ -664,16 +773,50 @@ impl TestServer for RedisContainer {
         self.create_and_run().await
     }
 
-    /// Disconnects the running container from its network: packets to and
-    /// from it are dropped, so requests time out; its connections survive.
+    /// Disconnects the container from its network (both, for a two-sided
+    /// server): packets to and from it are dropped, so requests time out;
+    /// open connections survive and resume after [`TestServer::heal`].
     async fn partition(&mut self) -> io::Result<()> {
-        if self.partitioned {
+        for side in [Side::A, Side::B].into_iter().take(self.sides.len()) {
+            self.partition_side(side).await?;
+        }
+        Ok(())
+    }
+
+    /// Connects the container to its networks again at the same addresses;
+    /// when it runs and is not paused, returns once it answers PING.
+    async fn heal(&mut self) -> io::Result<()> {
+        for side in [Side::A, Side::B].into_iter().take(self.sides.len()) {
+            self.heal_side(side).await?;
+        }
+        Ok(())
+    }
+}
+
+impl RedisContainer {
+    fn side(&self, side: Side) -> io::Result<&Attachment> {
+        self.sides.get(side.index()).ok_or_else(|| {
+            io::Error::other(format!(
+                "container {} has no side B: start it with start_many_two_sided",
+                self.name
+            ))
+        })
+    }
+
+    /// Disconnects the container from one side's network: clients on that
+    /// side time out, clients on the other side still reach it.
+    ///
+    /// # Errors
+    ///
+    /// When the container was removed, has no such side, or Docker refuses.
+    pub async fn partition_side(&mut self, side: Side) -> io::Result<()> {
+        let attachment = self.side(side)?;
+        if attachment.cut {
             return Ok(());
         }
-        let id = self.container()?.to_owned();
-        let network = self.network_name().to_owned();
+        let network = attachment.network.name.clone();
         let request = NetworkDisconnectRequest {
-            container: id,
+            container: self.container()?.to_owned(),
             force: Some(true),
         };
         bounded(
@@ -681,42 +824,38 @@ impl TestServer for RedisContainer {
             self.docker.disconnect_network(&network, request),
         )
         .await?;
-        self.partitioned = true;
+        self.sides[side.index()].cut = true;
         Ok(())
     }
 
-    /// Connects the container to its network again at the same address;
-    /// when it runs and is not paused, returns once it answers PING.
-    async fn heal(&mut self) -> io::Result<()> {
-        if !self.partitioned {
+    /// Undoes [`RedisContainer::partition_side`]: same address; when the
+    /// server runs and is not paused, returns once it answers PING there.
+    ///
+    /// # Errors
+    ///
+    /// When the container was removed, has no such side, Docker refuses, or
+    /// the server does not answer within 15 s.
+    pub async fn heal_side(&mut self, side: Side) -> io::Result<()> {
+        let attachment = self.side(side)?;
+        if !attachment.cut {
             return Ok(());
         }
-        let id = self.container()?.to_owned();
-        let network = self.network_name().to_owned();
+        let network = attachment.network.name.clone();
         let request = NetworkConnectRequest {
-            container: id,
-            endpoint_config: Some(EndpointSettings {
-                ipam_config: Some(EndpointIpamConfig {
-                    ipv4_address: Some(self.ip.to_string()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            container: self.container()?.to_owned(),
+            endpoint_config: Some(Self::endpoint(attachment.ip)),
         };
         bounded(
             format!("connecting {} to {network}", self.name),
             self.docker.connect_network(&network, request),
         )
         .await?;
-        self.partitioned = false;
+        self.sides[side.index()].cut = false;
         if self.killed || self.paused {
             return Ok(());
         }
-        wait_until_ready(&self.url(), HEAL_LIMIT).await
+        wait_until_ready(&self.url_from(side), HEAL_LIMIT).await
     }
-}
-
-impl RedisContainer {
     /// Removes the container but keeps its name, address and network for
     /// [`TestServer::restart`]. Unlike [`RedisContainer::rm`], this ignores
     /// `MULTILOCK_KEEP_CONTAINERS`: a restart needs the name free.
@@ -743,7 +882,7 @@ impl fmt::Debug for RedisContainer {
             .field("url", &self.url())
             .field("killed", &self.killed)
             .field("paused", &self.paused)
-            .field("partitioned", &self.partitioned)
+            .field("partitioned", &self.is_partitioned())
             .finish()
     }
 }
@@ -756,7 +895,8 @@ impl Drop for RedisContainer {
         if keep_containers() {
             eprintln!(
                 "multilock testkit: keeping container {} ({})",
-                self.name, self.ip
+                self.name,
+                self.url()
             );
             return;
         }
@@ -772,16 +912,19 @@ impl Drop for RedisContainer {
             )
             .await
         });
-        // The network (a field) is dropped after this, and removed with the
-        // last container that uses it.
+        // The networks (a field) are dropped after this, each removed with
+        // the last container that uses it.
     }
 }
 
-/// A primary with one asynchronous replica (`--replicaof <primary> 6379`),
-/// both containers on one network, without Sentinel: the test plays the
-/// failover itself ([`ReplicatedPair::promote`]).
+/// A primary with one asynchronous replica, without Sentinel: the test
+/// plays the failover itself ([`ReplicatedPair::promote`]).
 ///
-/// The fields are public so tests can inject faults into either server.
+/// Both servers are two-sided: clients use side A ([`TestServer::url`]),
+/// replication runs over side B (`--replicaof <primary's side B address>
+/// 6379`). So [`ReplicatedPair::cut_link`] stops replication while clients
+/// still reach both servers. The fields are public so tests can inject
+/// other faults into either server.
 #[derive(Debug)]
 pub struct ReplicatedPair {
     /// The server clients write to.
@@ -802,14 +945,20 @@ impl ReplicatedPair {
     pub async fn start() -> io::Result<ReplicatedPair> {
         let docker = connect().await?;
         ensure_image(&docker, &image()).await?;
-        let network = Arc::new(Network::create(&docker).await?);
-        let primary = RedisContainer::launch(docker.clone(), network.clone(), Vec::new()).await?;
+        let clients = Arc::new(Network::create(&docker).await?);
+        let replication = Arc::new(Network::create(&docker).await?);
+        let networks = vec![clients, replication];
+        // Sync a (re)connecting replica at once, not after the default
+        // 5 s wait for more replicas.
+        let primary_flags = vec!["--repl-diskless-sync-delay".to_owned(), "0".to_owned()];
+        let primary =
+            RedisContainer::launch(docker.clone(), networks.clone(), primary_flags).await?;
         let flags = vec![
             "--replicaof".to_owned(),
-            primary.ip().to_string(),
+            primary.sides[Side::B.index()].ip.to_string(),
             REDIS_PORT.to_string(),
         ];
-        let replica = RedisContainer::launch(docker, network, flags).await?;
+        let replica = RedisContainer::launch(docker, networks, flags).await?;
         let pair = ReplicatedPair { primary, replica };
         pair.wait_link_up(READY_LIMIT).await?;
         Ok(pair)
@@ -849,26 +998,25 @@ impl ReplicatedPair {
         Ok(info.lines().any(|l| l.trim() == "master_link_status:up"))
     }
 
-    /// Cuts the replication link by partitioning the replica: writes to the
-    /// primary no longer reach it (and clients cannot reach it either until
-    /// [`ReplicatedPair::restore_link`]).
+    /// Cuts the replication link (the replica leaves the replication
+    /// network): writes to the primary no longer reach the replica, and
+    /// clients still reach both.
     ///
     /// # Errors
     ///
     /// When Docker refuses.
     pub async fn cut_link(&mut self) -> io::Result<()> {
-        self.replica.partition().await
+        self.replica.partition_side(Side::B).await
     }
 
-    /// Reconnects the replica to the network. If the primary still runs,
-    /// the replica resynchronises from it; a dead primary leaves the
-    /// replica with what it had.
+    /// Reconnects the replication link. If the primary still runs, the
+    /// replica resynchronises from it.
     ///
     /// # Errors
     ///
-    /// When Docker refuses or the replica does not answer again.
+    /// When Docker refuses.
     pub async fn restore_link(&mut self) -> io::Result<()> {
-        self.replica.heal().await
+        self.replica.heal_side(Side::B).await
     }
 
     /// The failover: `REPLICAOF NO ONE` on the replica, which becomes a
@@ -876,7 +1024,7 @@ impl ReplicatedPair {
     ///
     /// # Errors
     ///
-    /// When the replica is unreachable (restore the link first).
+    /// When the replica does not answer.
     pub async fn promote(&mut self) -> io::Result<()> {
         let _: String = self
             .replica
@@ -885,7 +1033,7 @@ impl ReplicatedPair {
         Ok(())
     }
 
-    /// Removes both containers and their network.
+    /// Removes both containers and their networks.
     ///
     /// # Errors
     ///

@@ -24,7 +24,7 @@ mod process;
 
 use std::io;
 
-pub use containers::{RedisContainer, ReplicatedPair};
+pub use containers::{RedisContainer, ReplicatedPair, Side};
 pub use process::RedisProcess;
 
 /// A Redis server under test, with the faults a test can inject.
