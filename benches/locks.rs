@@ -22,14 +22,19 @@
 //! What is measured, in order:
 //!
 //! - (a) uncontended lock+unlock latency on 1, 3 and 5 nodes;
-//! - (b) hand-off on one contended lock: K tasks acquire and release in a
-//!   loop; the hand-off is the time from one holder's release completing to
-//!   the next holder's grant, both read from one monotonic clock;
+//! - (b) one contended lock: K tasks acquire and release it in a loop, either
+//!   tight (the releaser races the waiters: throughput and fairness) or
+//!   handing off (hold 1 ms, then step back: every grant goes to a waiter).
+//!   The hand-off is the time from one holder's release completing to the
+//!   next holder's grant, both read from one monotonic clock; rslock runs
+//!   with its default retries and with the best retry delay of a sweep;
 //! - (c) many keys: K tasks on K different locks, acquisitions per second;
 //! - (d) scale: server connections and this process's memory with 10,000
 //!   tasks waiting on one lock; watchdog renewal calls per node per tick with
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
-//! - (e) Redis commands per uncontended lock+unlock (`INFO commandstats`).
+//! - (e) Redis commands per uncontended lock+unlock: sent on the wire
+//!   (MONITOR), executed including the commands scripts run (`INFO
+//!   commandstats`), and the server time they take.
 //!
 //! The report goes to stdout and `target/bench/results.md`, the latency CDFs
 //! to `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set).
@@ -173,7 +178,7 @@ struct Settings {
     tasks: Vec<usize>,
     run_for: Duration,
     /// rslock retry delays tried for its tuned figures (with unlimited
-    /// retries); each figure shows the best of them.
+    /// retries); the tuned column shows the one with the lowest hand-off p50.
     rslock_delays: Vec<Duration>,
     /// Tasks waiting on one lock.
     waiters: usize,
@@ -195,7 +200,7 @@ impl Settings {
                 iterations: 200,
                 rounds: 2,
                 tasks: vec![4, 16],
-                run_for: Duration::from_millis(200),
+                run_for: Duration::from_millis(150),
                 rslock_delays: vec![Duration::from_millis(1)],
                 waiters: 500,
                 held_locks: 1_200,
@@ -299,6 +304,23 @@ impl Servers {
         Ok(stats)
     }
 
+    /// CPU time the server has used so far (user + system), in seconds.
+    async fn cpu_seconds(&self, node: usize) -> BenchResult<f64> {
+        let info = self.info(node, "cpu").await?;
+        let field = |name: &str| -> BenchResult<f64> {
+            info.lines()
+                .find_map(|line| {
+                    line.strip_prefix(name)?
+                        .strip_prefix(':')?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+                .ok_or_else(|| format!("INFO cpu has no {name}").into())
+        };
+        Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
+    }
+
     async fn connected_clients(&self, node: usize) -> BenchResult<u64> {
         let info = self.info(node, "clients").await?;
         info_field(&info, "connected_clients")
@@ -363,11 +385,8 @@ fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
 async fn check_script_copies(servers: &Servers) -> BenchResult {
     let client = Client::new();
     let node = Node::new(&servers.urls[0])?;
-    let guard = client
-        .lock(&node, "bench:script-check")?
-        .lock_with_lease(LEASE)
-        .await?;
-    guard.unlock().await?;
+    let lock = client.lock(&node, "bench:script-check")?;
+    lock.lock_with_lease(LEASE).await?.unlock().await?;
     let cached: Vec<bool> = servers
         .query(
             0,
@@ -377,14 +396,14 @@ async fn check_script_copies(servers: &Servers) -> BenchResult {
                 .arg(RELEASE.get_hash()),
         )
         .await?;
-    if cached != [true, true] {
-        return Err(
-            "the acquire/release Lua copied into benches/locks.rs differs from \
-                    src/scripts.rs: copy it again"
+    if cached == [true, true] {
+        Ok(())
+    } else {
+        Err(
+            "the Lua copied into benches/locks.rs differs from src/scripts.rs: copy it again"
                 .into(),
-        );
+        )
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -752,6 +771,10 @@ struct Contention {
     /// released (barging), in %.
     regrants: f64,
     per_second: f64,
+    /// Grants over the whole run, warm-up and drain included.
+    grants: u64,
+    /// Server CPU per grant, µs (set by the caller, who reads INFO cpu).
+    server_cpu: f64,
 }
 
 /// How long the tasks of a finished case get to leave (each needs one more
@@ -853,8 +876,28 @@ async fn contend(
         early,
         regrants: 100.0 * regrants as f64 / holds.len().saturating_sub(1).max(1) as f64,
         per_second: holds.len() as f64 / (stop_at - counted_from).as_secs_f64(),
+        grants: *grants.borrow(),
+        server_cpu: f64::NAN,
     })
 }
+
+/// [`contend`] on the first server, with the server's CPU time per grant.
+async fn contend_on(
+    servers: &Servers,
+    contender: &Contender,
+    tasks: usize,
+    run_for: Duration,
+    pace: Pace,
+) -> BenchResult<Contention> {
+    let cpu_before = servers.cpu_seconds(0).await?;
+    let mut run = contend(contender, tasks, run_for, pace).await?;
+    let cpu = servers.cpu_seconds(0).await? - cpu_before;
+    run.server_cpu = cpu * 1e6 / run.grants.max(1) as f64;
+    Ok(run)
+}
+
+/// A row of the contended table: its name, unit, and how to read it.
+type Figure = (&'static str, Unit, fn(&Contention) -> f64);
 
 /// Awaits every task of `set`, at most `limit`; the first error wins.
 async fn join_within(mut set: JoinSet<BenchResult>, limit: Duration) -> BenchResult {
@@ -889,9 +932,11 @@ async fn contended(
             "tight loop: each task releases at once and acquires again at once; hand-off loop: \
              each task holds 1 ms, releases, and steps back until another task was granted, so \
              every grant goes to a parked waiter. Hand-off = another task's grant after the \
-             holder's release completed (one clock); re-grants = grants straight back to the task that had just released; a round \
-             trip = half the limit's 1-node lock+unlock p50 ({round_trip:.1} µs); rslock tuned \
-             = unlimited retries and the retry delay, of {}, with the lowest hand-off p50",
+             holder's release completed (one clock); re-grants = grants straight back to the \
+             task that had just released; a round trip = half the limit's 1-node lock+unlock \
+             p50 ({round_trip:.1} µs); Redis CPU = the server's user+system CPU time over the \
+             run (INFO cpu) per grant; rslock tuned = unlimited retries and the retry delay, \
+             of {}, with the lowest hand-off p50",
             delays.join(", ")
         ),
         &["1 round trip", "rslock default", "rslock tuned"],
@@ -905,12 +950,12 @@ async fn contended(
             let name = |who: &str| format!("bench:handoff:{case}:{who}");
             let ours = client.lock(&node, name("multilock"))?;
             let ours = Contender::multilock(AnyLock::Single(ours));
-            let ours = contend(&ours, k, settings.run_for, pace).await?;
+            let ours = contend_on(servers, &ours, k, settings.run_for, pace).await?;
             let default = Contender::Rslock {
                 manager: servers.rslock(1),
                 resource: name("rslock"),
             };
-            let default = contend(&default, k, settings.run_for, pace).await?;
+            let default = contend_on(servers, &default, k, settings.run_for, pace).await?;
             let mut tuned: Option<(Duration, Contention)> = None;
             for &delay in &settings.rslock_delays {
                 let mut manager = servers.rslock(1);
@@ -919,14 +964,16 @@ async fn contended(
                     manager,
                     resource: name(&format!("rslock-{}", delay.as_millis())),
                 };
-                let run = contend(&contender, k, settings.run_for, pace).await?;
+                let run = contend_on(servers, &contender, k, settings.run_for, pace).await?;
                 report.notes.push(format!(
                     "(b) {case}, rslock retry delay {delay:?}: hand-off p50 {:.1} µs, p99 \
-                     {:.1} µs, {} acquisitions/s, {:.0} % re-grants.",
+                     {:.1} µs, {} acquisitions/s, {:.0} % re-grants, Redis CPU {:.1} µs per \
+                     acquisition.",
                     run.handoffs.p50(),
                     run.handoffs.p99(),
                     group(run.per_second),
-                    run.regrants
+                    run.regrants,
+                    run.server_cpu
                 ));
                 if tuned
                     .as_ref()
@@ -936,16 +983,19 @@ async fn contended(
                 }
             }
 
-            let mut figures: Vec<(&str, Unit, fn(&Contention) -> f64)> = vec![
+            let mut figures: Vec<Figure> = vec![
                 ("hand-off p50 (µs)", Unit::Micros, |c| c.handoffs.p50()),
                 ("hand-off p99 (µs)", Unit::Micros, |c| c.handoffs.p99()),
                 ("acquisitions/s", Unit::PerSecond, |c| c.per_second),
+                ("Redis CPU per acquisition (µs)", Unit::Micros, |c| {
+                    c.server_cpu
+                }),
             ];
             if pace == Pace::Tight {
                 figures.push(("re-grants (%)", Unit::Percent, |c| c.regrants));
             }
             for (figure, unit, pick) in figures {
-                let rtt = (unit == Unit::Micros).then(|| Cell::of(round_trip));
+                let rtt = figure.starts_with("hand-off").then(|| Cell::of(round_trip));
                 let tuned = tuned.as_ref().map(|(delay, run)| {
                     Cell::noted(pick(run), format!("{} ms", delay.as_millis()))
                 });
@@ -1093,22 +1143,6 @@ fn rss_kib() -> BenchResult<u64> {
         .ok_or_else(|| "no VmRSS in /proc/self/status".into())
 }
 
-/// Polls `done` every 20 ms until it says yes, at most `limit`.
-async fn wait_for<F, Fut>(limit: Duration, mut done: F) -> BenchResult
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = BenchResult<bool>>,
-{
-    let started = Instant::now();
-    while !done().await? {
-        if started.elapsed() > limit {
-            return Err(format!("condition not reached within {limit:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 /// Many tasks waiting on one lock: the server's connections and this
 /// process's memory while they wait, then how fast they drain.
 async fn waiters(
@@ -1137,16 +1171,22 @@ async fn waiters(
             BenchResult::Ok(())
         });
     }
-    // Parked: every waiter made its two attempts (before and after subscribing).
-    let parked = wait_for(Duration::from_secs(60), || async move {
+    // Parked: every waiter made its first attempt, and no acquire came for
+    // 100 ms.
+    let parking = Instant::now();
+    let mut last = evalsha_before;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let calls = servers.evalsha_stats(1).await?[0].calls;
-        Ok(calls - evalsha_before >= 2 * w as u64)
-    })
-    .await;
-    if let Err(err) = parked {
-        report
-            .notes
-            .push(format!("(d) the {w} waiters did not all park: {err}"));
+        if calls - evalsha_before >= w as u64 && calls == last {
+            break;
+        }
+        if parking.elapsed() > Duration::from_secs(30) {
+            let note = format!("(d) the {w} waiters were still trying after 30 s");
+            report.notes.push(note);
+            break;
+        }
+        last = calls;
     }
     let clients_during = servers.connected_clients(0).await?;
     let subscribed = servers.subscription_connections(0).await?;
@@ -1169,7 +1209,7 @@ async fn waiters(
         vec![Some(Cell::noted(1.0, "one per node"))],
     );
     table.row(
-        label("server connections from this client"),
+        label("server connections added by the waiters"),
         Unit::Whole,
         Cell::of(clients_during.saturating_sub(clients_before) as f64),
         vec![Some(Cell::noted(
@@ -1178,7 +1218,7 @@ async fn waiters(
         ))],
     );
     table.row(
-        label("this process's RSS growth per waiter (KiB)"),
+        label("this process's RSS growth per waiter, KiB (high-water mark of the burst)"),
         Unit::KiB,
         Cell::of(rss_during.saturating_sub(rss_before) as f64 / w as f64),
         vec![None],
@@ -1191,9 +1231,9 @@ async fn waiters(
     );
     report.subscriptions = Some((w, subscribed));
     report.notes.push(format!(
-        "(d) {w} waiters: connected_clients {clients_before} before (holder's connections \
-         included) → {clients_during} while waiting; RSS {rss_before} → {rss_during} KiB; \
-         drained in {:.2} s.",
+        "(d) {w} waiters: connected_clients {clients_before} before (the holder's pooled \
+         connection included) → {clients_during} while waiting; RSS {rss_before} → \
+         {rss_during} KiB; drained in {:.2} s.",
         drain.as_secs_f64()
     ));
     Ok(())
@@ -1263,8 +1303,8 @@ async fn held_under_watchdog(
     report.renewals = Some((held, worst, expected));
     report.notes.push(format!(
         "(d) renewal calls per tick by node: {per_tick:?} (watchdog {:?}, tick {period:?}); \
-         server time per renewal call {:.0} µs, so one node's round of {} calls, which an \
-         unlock on that node waits out, takes at least {:.1} ms.",
+         server time per renewal call {:.0} µs: a node's round of {} calls keeps it busy \
+         for {:.1} ms.",
         settings.watchdog_timeout,
         usec as f64 / calls.max(1) as f64,
         held.div_ceil(RENEW_BATCH),
@@ -1317,8 +1357,8 @@ async fn held_under_watchdog(
 // ---------------------------------------------------------------------------
 // (e) Commands per lock+unlock
 
-/// Commands that only the measurement sends.
-const OURS: [&str; 3] = ["info", "echo", "monitor"];
+/// Commands that only the measurement itself sends.
+const MEASUREMENT_COMMANDS: [&str; 3] = ["info", "echo", "monitor"];
 
 /// A MONITOR connection to one server. MONITOR tells the commands clients
 /// send from the commands scripts run (shown as coming from "lua"); INFO
@@ -1351,7 +1391,7 @@ impl Monitor {
                 continue;
             };
             let name = command.split('"').nth(1).unwrap_or_default().to_lowercase();
-            if !source.ends_with(" lua") && !OURS.contains(&name.as_str()) {
+            if !source.ends_with(" lua") && !MEASUREMENT_COMMANDS.contains(&name.as_str()) {
                 *sent.entry(name).or_default() += 1;
             }
         }
@@ -1401,7 +1441,7 @@ async fn count_commands(
     for (node, before) in before.iter().enumerate() {
         for (command, after) in servers.command_stats(node).await? {
             let before = before.get(&command).copied().unwrap_or_default();
-            if after.calls > before.calls && !OURS.contains(&command.as_str()) {
+            if after.calls > before.calls && !MEASUREMENT_COMMANDS.contains(&command.as_str()) {
                 let total = executed.entry(command).or_default();
                 total.calls += after.calls - before.calls;
                 total.usec += after.usec - before.usec;
@@ -1893,11 +1933,12 @@ fn style(label: &str, index: usize) -> (&'static str, &'static str) {
 /// Latency CDFs, two panels per row, log-scale latency axis.
 fn cdf_svg(panels: &[Panel]) -> String {
     const PANEL_W: f64 = 480.0;
-    const PANEL_H: f64 = 320.0;
+    const PANEL_H: f64 = 390.0;
     const LEFT: f64 = 56.0;
     const RIGHT: f64 = 16.0;
     const TOP: f64 = 34.0;
-    const BOTTOM: f64 = 44.0;
+    /// Axis labels, then one legend row per series (at most four).
+    const BOTTOM: f64 = 44.0 + 4.0 * 15.0 + 10.0;
     let rows = panels.len().div_ceil(2).max(1);
     let (width, height) = (PANEL_W * 2.0, PANEL_H * rows as f64);
     let mut svg = format!(
@@ -1909,33 +1950,30 @@ fn cdf_svg(panels: &[Panel]) -> String {
         let (ox, oy) = ((i % 2) as f64 * PANEL_W, (i / 2) as f64 * PANEL_H);
         let (x0, y0) = (ox + LEFT, oy + TOP);
         let (w, h) = (PANEL_W - LEFT - RIGHT, PANEL_H - TOP - BOTTOM);
-        // Decades that hold every series from its 0.1 % to its 99.9 % point.
+        // Every series from its 0.1 % point to its 99.9 % point, with a margin.
         let lo = panel
             .series
             .iter()
             .map(|(_, l)| l.quantile(0.001))
             .fold(f64::INFINITY, f64::min)
-            .max(1.0);
+            .max(1.0)
+            / 1.15;
         let hi = panel
             .series
             .iter()
             .map(|(_, l)| l.quantile(0.999))
             .fold(0.0, f64::max)
-            .max(lo * 10.0);
-        let (d_lo, d_hi) = (lo.log10().floor(), hi.log10().ceil());
-        let x = |us: f64| x0 + (us.max(lo).log10() - d_lo) / (d_hi - d_lo) * w;
+            .max(lo * 2.0)
+            * 1.15;
+        let (log_lo, log_hi) = (lo.log10(), hi.log10());
+        let x = |us: f64| x0 + (us.clamp(lo, hi).log10() - log_lo) / (log_hi - log_lo) * w;
         let y = |q: f64| y0 + (1.0 - q) * h;
 
         let _ = writeln!(
             svg,
-            "<text x=\"{}\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>",
-            x0,
+            "<text x=\"{x0}\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>",
             oy + 20.0,
             xml_escape(&panel.title)
-        );
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x0}\" y=\"{y0}\" width=\"{w}\" height=\"{h}\" fill=\"none\" stroke=\"#999\"/>"
         );
         for q in [0.25, 0.5, 0.75] {
             let _ = writeln!(
@@ -1953,20 +1991,27 @@ fn cdf_svg(panels: &[Panel]) -> String {
                 y(q) + 4.0
             );
         }
-        let mut decade = d_lo;
-        while decade <= d_hi {
-            for step in [1.0, 2.0, 5.0] {
-                let us = 10f64.powf(decade) * step;
-                if us.log10() > d_hi + 1e-9 {
-                    break;
-                }
-                let xt = x0 + (us.log10() - d_lo) / (d_hi - d_lo) * w;
-                let stroke = if step == 1.0 { "#ccc" } else { "#f0f0f0" };
-                let _ = writeln!(
-                    svg,
-                    "<line x1=\"{xt}\" x2=\"{xt}\" y1=\"{y0}\" y2=\"{}\" stroke=\"{stroke}\"/>",
-                    y0 + h
-                );
+        // Grid at 1, 2, 5 × 10^k (finer on a narrow axis); labels on all of
+        // them unless there are too many.
+        let steps: &[f64] = if log_hi - log_lo < 1.5 {
+            &[1.0, 1.5, 2.0, 3.0, 5.0, 7.0]
+        } else {
+            &[1.0, 2.0, 5.0]
+        };
+        let ticks: Vec<f64> = (log_lo.floor() as i32..=log_hi.ceil() as i32)
+            .flat_map(|decade| steps.iter().map(move |step| step * 10f64.powi(decade)))
+            .filter(|us| (lo..=hi).contains(us))
+            .collect();
+        for &us in &ticks {
+            let decade = (us.log10().fract()).abs() < 1e-9;
+            let xt = x(us);
+            let stroke = if decade { "#ccc" } else { "#eee" };
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{xt}\" x2=\"{xt}\" y1=\"{y0}\" y2=\"{}\" stroke=\"{stroke}\"/>",
+                y0 + h
+            );
+            if decade || ticks.len() <= 8 {
                 let _ = writeln!(
                     svg,
                     "<text x=\"{xt}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
@@ -1974,14 +2019,18 @@ fn cdf_svg(panels: &[Panel]) -> String {
                     micros_label(us)
                 );
             }
-            decade += 1.0;
         }
         let _ = writeln!(
             svg,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">latency (log scale)</text>",
+            "<rect x=\"{x0}\" y=\"{y0}\" width=\"{w}\" height=\"{h}\" fill=\"none\" \
+             stroke=\"#999\"/>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">latency (log scale)</text>",
             x0 + w / 2.0,
             y0 + h + 32.0
         );
+
+        // Curves, then the legend under the axis.
+        let (lx, ly) = (x0, y0 + h + 40.0);
         for (s, (label, latencies)) in panel.series.iter().enumerate() {
             let (colour, dash) = style(label, s);
             let points: Vec<String> = (0..=400)
@@ -1994,16 +2043,20 @@ fn cdf_svg(panels: &[Panel]) -> String {
                  stroke-dasharray=\"{dash}\" points=\"{}\"/>",
                 points.join(" ")
             );
-            let ly = y0 + 14.0 + s as f64 * 15.0;
+        }
+        for (s, (label, latencies)) in panel.series.iter().enumerate() {
+            let (colour, dash) = style(label, s);
+            let row = ly + 12.0 + s as f64 * 15.0;
             let _ = writeln!(
                 svg,
-                "<line x1=\"{}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" stroke=\"{colour}\" \
+                "<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"{colour}\" \
                  stroke-width=\"2\" stroke-dasharray=\"{dash}\"/>\n\
-                 <text x=\"{}\" y=\"{}\">{} (p50 {:.0} µs)</text>",
-                x0 + 8.0,
-                x0 + 30.0,
-                x0 + 36.0,
-                ly + 4.0,
+                 <text x=\"{}\" y=\"{row}\">{} (p50 {:.0} µs)</text>",
+                lx + 6.0,
+                lx + 26.0,
+                row - 4.0,
+                row - 4.0,
+                lx + 32.0,
                 xml_escape(label),
                 latencies.p50()
             );

@@ -33,6 +33,10 @@ const MAX_BLIND_WAIT: Duration = Duration::from_secs(1);
 /// Locks taken without a lease are renewed by the client's watchdog every
 /// third of the watchdog timeout while held; with a lease they expire after it.
 ///
+/// Like Redisson's `RLock`, the lock is not fair: a release wakes one local
+/// waiter per unlock message, but a holder that releases and asks again at
+/// once often wins the race against the woken waiter.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -422,7 +426,13 @@ impl Lock {
             field,
             lease,
         };
-        let mut conn = match sent.lock.inner.node.checkout().await {
+        // WAIT blocks its connection: take one nobody shares.
+        let node = &sent.lock.inner.node;
+        let checkout = match sent.lock.inner.replica_sync {
+            None => node.checkout().await,
+            Some(_) => node.checkout_exclusive().await,
+        };
+        let mut conn = match checkout {
             Ok(conn) => conn,
             Err(err) => {
                 sent.reply = Err(err);
@@ -455,13 +465,11 @@ impl Lock {
         };
         if let (Ok(AcquireReply::Granted(_)), Some((replicas, timeout))) =
             (&sent.reply, lock.inner.replica_sync)
-        {
-            if let Err(err) = lock
+            && let Err(err) = lock
                 .sync_replicas(&mut conn, &sent.field, sent.lease, replicas, timeout)
                 .await
-            {
-                sent.reply = Err(err);
-            }
+        {
+            sent.reply = Err(err);
         }
         sent.conn = Some(conn);
         sent
@@ -538,10 +546,15 @@ impl Lock {
     ) -> Result<Released> {
         let invocation = self.release_invocation(field, lease);
         self.traced_release(async {
-            let reply = self.inner.node.invoke(&invocation).await;
-            match reply {
-                Err(err) if err.outcome_unknown() => self.inner.node.invoke(&invocation).await,
-                reply => reply,
+            // One call site in a loop: the future holds one request's state,
+            // not two.
+            let mut retried = false;
+            loop {
+                let reply = self.inner.node.invoke(&invocation).await;
+                match reply {
+                    Err(err) if err.outcome_unknown() && !retried => retried = true,
+                    reply => break reply,
+                }
             }
         })
         .await

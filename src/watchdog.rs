@@ -22,7 +22,8 @@ use tracing::Instrument;
 use crate::node::Node;
 use crate::scripts;
 
-/// Locks renewed per script call.
+/// Locks renewed per script call: one call renews ~500 locks in about 3 ms
+/// of server time, during which the node runs nothing else.
 pub(crate) const RENEW_BATCH_SIZE: usize = 500;
 
 /// Every node's watchdog of one client.
@@ -156,12 +157,12 @@ impl NodeWatchdog {
         drop(self.renewing.lock().await);
     }
 
-    /// One round: renew every registered lock, in batches. The `renewing`
-    /// lock is taken before the snapshot, so a lock deregistered before the
-    /// snapshot is not renewed, and one deregistered after it waits for us.
+    /// One round: renew every registered lock, in batches. Each batch takes
+    /// the `renewing` lock and drops the locks deregistered meanwhile: a lock
+    /// deregistered before that is not renewed, and one deregistered after it
+    /// waits for this batch only ([`NodeWatchdog::quiesce`]).
     async fn renew_all(&self) {
-        let _round = self.renewing.lock().await;
-        let batch: Vec<EntryKey> = self
+        let snapshot: Vec<EntryKey> = self
             .entries
             .lock()
             .unwrap()
@@ -170,12 +171,23 @@ impl NodeWatchdog {
             .cloned()
             .collect();
         let lease_ms = self.timeout.as_millis() as u64;
-        for chunk in batch.chunks(RENEW_BATCH_SIZE) {
+        for chunk in snapshot.chunks(RENEW_BATCH_SIZE) {
+            let _batch = self.renewing.lock().await;
+            let chunk: Vec<&EntryKey> = {
+                let entries = self.entries.lock().unwrap();
+                chunk
+                    .iter()
+                    .filter(|k| entries.by_lock.contains_key(*k))
+                    .collect()
+            };
+            if chunk.is_empty() {
+                continue;
+            }
             let started = Instant::now();
             let sent_at = tokio::time::Instant::now();
             let mut invocation = scripts::RENEW_BATCH.prepare_invoke();
             invocation.arg(lease_ms);
-            for (key, field) in chunk {
+            for (key, field) in &chunk {
                 invocation.key(key.as_str()).arg(&**field);
             }
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());

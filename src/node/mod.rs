@@ -84,8 +84,10 @@ impl fmt::Debug for NodeBuilder {
 }
 
 impl NodeBuilder {
-    /// Maximum pooled command connections (default [`DEFAULT_POOL_SIZE`]).
-    /// Each connection is multiplexed; a checkout lasts one round trip.
+    /// Maximum command connections (default [`DEFAULT_POOL_SIZE`]).
+    /// Connections are multiplexed and shared: concurrent requests pipeline
+    /// on one, and more are made only when a request finds none idle (while
+    /// a replica-sync `WAIT` holds one to itself, for instance).
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -233,12 +235,21 @@ impl Node {
     /// Runs one command on a pooled connection.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.checkout().await?;
-        let result = cmd.query_async(&mut conn.object.conn).await;
+        let result = cmd.query_async(&mut conn.conn).await;
         conn.finish(result)
     }
 
-    /// Takes a connection from the pool (no I/O unless one must be created).
+    /// A connection for one request, shared with concurrent requests
+    /// (pipelined). No I/O unless one must be created.
     pub(crate) async fn checkout(&self) -> Result<Conn> {
+        let mut conn = self.checkout_exclusive().await?;
+        conn.exclusive = None;
+        Ok(conn)
+    }
+
+    /// A connection nobody else is given until this one is dropped: for a
+    /// request that blocks its connection (`WAIT`).
+    pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {
         let object = self.inner.pool.get().await.map_err(|e| match e {
             PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
             PoolError::Timeout(_) => Error::NodeUnavailable {
@@ -253,7 +264,9 @@ impl Node {
             },
         })?;
         Ok(Conn {
-            object,
+            conn: object.conn.clone(),
+            broken: object.broken.clone(),
+            exclusive: Some(object),
             node: self.clone(),
         })
     }
@@ -265,11 +278,15 @@ impl Node {
     }
 }
 
-/// A pooled connection of one node, held for one request (or, for a
-/// rollback, for the request that follows it on the same connection:
-/// commands on one connection are applied in order).
+/// A connection of one node, for one request (or, for a rollback, also for
+/// the request that follows it on the same connection: commands on one
+/// connection are applied in order).
 pub(crate) struct Conn {
-    object: deadpool::managed::Object<pool::ConnectionFactory>,
+    conn: redis::aio::MultiplexedConnection,
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Held back from the pool while this request needs the connection to
+    /// itself.
+    exclusive: Option<deadpool::managed::Object<pool::ConnectionFactory>>,
     node: Node,
 }
 
@@ -278,7 +295,7 @@ impl Conn {
         &mut self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
-        let result = invocation.invoke_async(&mut self.object.conn).await;
+        let result = invocation.invoke_async(&mut self.conn).await;
         self.finish(result)
     }
 
@@ -290,7 +307,7 @@ impl Conn {
         invocation: &redis::ScriptInvocation<'_>,
         patience: Duration,
     ) -> Result<T> {
-        let mut conn = self.object.conn.clone();
+        let mut conn = self.conn.clone();
         conn.set_response_timeout(patience);
         let result = invocation.invoke_async(&mut conn).await;
         self.finish(result)
@@ -302,7 +319,7 @@ impl Conn {
         cmd: &redis::Cmd,
         patience: Duration,
     ) -> Result<T> {
-        let mut conn = self.object.conn.clone();
+        let mut conn = self.conn.clone();
         conn.set_response_timeout(patience);
         let result = cmd.query_async(&mut conn).await;
         self.finish(result)
@@ -310,7 +327,7 @@ impl Conn {
 
     fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
         result.map_err(|err| {
-            self.object.note_error(&err);
+            pool::note_error(&self.broken, &err);
             Error::from_redis(&self.node.inner.addr, err)
         })
     }

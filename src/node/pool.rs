@@ -1,6 +1,12 @@
 //! The command connections of one node: a deadpool pool of RESP3 multiplexed
 //! connections whose recycle does no I/O.
 //!
+//! Requests share connections: a checkout clones the multiplexed handle and
+//! gives the pooled object back at once, so concurrent requests pipeline on
+//! one socket instead of queueing for a connection each. The pool creates
+//! another connection (up to its size) only when a request finds none idle,
+//! for instance while a replica-sync `WAIT` holds one exclusively.
+//!
 //! deadpool-redis's stock manager sends `UNWATCH` + `PING` on every checkout,
 //! tripling the wire cost of a lock+unlock. Here a connection is known broken
 //! from what the connection itself reports (a `Disconnection` push, or an
@@ -25,17 +31,15 @@ pub(crate) struct ConnectionFactory {
 /// A pooled connection and the flag that says it must not be reused.
 pub(crate) struct PooledConnection {
     pub(crate) conn: MultiplexedConnection,
-    broken: Arc<AtomicBool>,
+    pub(crate) broken: Arc<AtomicBool>,
 }
 
-impl PooledConnection {
-    /// Marks the connection for disposal when `err` means it cannot be
-    /// trusted any more. A timed-out connection may be half-open (a network
-    /// partition), so it is replaced too.
-    pub(crate) fn note_error(&self, err: &RedisError) {
-        if err.is_unrecoverable_error() || err.is_timeout() || err.is_io_error() {
-            self.broken.store(true, Ordering::Relaxed);
-        }
+/// Marks a connection for disposal when `err` means it cannot be trusted any
+/// more. A timed-out connection may be half-open (a network partition), so it
+/// is replaced too.
+pub(crate) fn note_error(broken: &AtomicBool, err: &RedisError) {
+    if err.is_unrecoverable_error() || err.is_timeout() || err.is_io_error() {
+        broken.store(true, Ordering::Relaxed);
     }
 }
 
