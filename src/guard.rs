@@ -89,7 +89,9 @@ impl HeldPart {
     async fn lost(&self) {
         match (&self.renewal, self.lease) {
             (Some(renewal), _) => renewal.lost().await,
-            (None, Some(lease)) => tokio::time::sleep_until(self.sent_at + lease).await,
+            (None, Some(lease)) => {
+                tokio::time::sleep_until(crate::lease::trusted_until(self.sent_at, lease)).await
+            }
             (None, None) => std::future::pending().await,
         }
     }

@@ -8,6 +8,7 @@ mod client;
 mod detach;
 mod error;
 mod guard;
+mod lease;
 mod lock;
 mod multi;
 mod node;

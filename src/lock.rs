@@ -312,7 +312,9 @@ impl Lock {
             }
             outcome.map(|part| {
                 part.map(|part| {
-                    let valid_until = part.lease.map(|lease| part.sent_at + lease);
+                    let valid_until = part
+                        .lease
+                        .map(|lease| crate::lease::trusted_until(part.sent_at, lease));
                     let token = part.token;
                     Guard::new(owner, vec![part], 1, 1, valid_until, token)
                 })

@@ -149,7 +149,7 @@ impl NodeWatchdog {
 
     /// When a TTL set by a request sent at `sent_at` may have run out.
     fn expiry(&self, sent_at: tokio::time::Instant) -> tokio::time::Instant {
-        sent_at + self.timeout - (self.timeout / 100 + Duration::from_millis(2)).min(self.timeout)
+        crate::lease::trusted_until(sent_at, self.timeout)
     }
 
     /// Waits until no renewal call is under way on this node.

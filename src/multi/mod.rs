@@ -26,6 +26,7 @@ pub use policy::{All, Majority, QuorumPolicy};
 use crate::client::Client;
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::guard::{Guard, HeldPart};
+use crate::lease;
 use crate::lock::{Attempt, Lock, check_lease};
 use crate::owner::Owner;
 use crate::scripts;
@@ -412,7 +413,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let parts: Vec<HeldPart> = parts.into_iter().map(|(_, part)| part).collect();
 
         // 3. A quorum, still valid once acquiring time and drift are paid?
-        let validity = policy::validity(validity_lease, elapsed);
+        let validity = lease::validity(validity_lease, elapsed);
         if parts.len() >= required {
             if let Some(validity) = validity {
                 let token = if self.fenced {
@@ -425,7 +426,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 } else {
                     None
                 };
-                let valid_until = lease.map(|_| started + validity);
+                // Every key was set after `started`, so each lives until at
+                // least `started + lease`; less the drift, that is
+                // `started + elapsed + validity` (the Redlock paper's T2 + validity).
+                let valid_until = lease.map(|_| started + elapsed + validity);
                 return Ok(Guard::new(
                     owner.clone(),
                     parts,

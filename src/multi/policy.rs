@@ -93,20 +93,6 @@ impl QuorumPolicy for Majority {
     }
 }
 
-/// Clock drift allowed for a lease: 1 % plus 2 ms (the Redlock paper's
-/// allowance for the drift between the processes' clocks).
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// What is left of `lease` after acquiring took `elapsed`: `None` when
-/// nothing is, and the lock must be given up.
-pub(crate) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
-    lease
-        .checked_sub(elapsed + drift(lease))
-        .filter(|v| !v.is_zero())
-}
-
 /// Per-attempt wait budget of `lock()`: 1500 ms per part (Redisson's
 /// `RedissonMultiLock` default).
 pub(crate) fn default_budget(parts: usize) -> Duration {
@@ -146,19 +132,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift() {
-        let lease = Duration::from_secs(10);
-        assert_eq!(drift(lease), Duration::from_millis(102));
-        assert_eq!(
-            validity(lease, Duration::from_millis(898)),
-            Some(Duration::from_millis(9000))
-        );
-        assert_eq!(validity(lease, Duration::from_millis(9898)), None);
-        assert_eq!(validity(lease, Duration::from_secs(11)), None);
-        assert_eq!(validity(Duration::from_millis(2), Duration::ZERO), None);
     }
 
     #[test]
