@@ -21,6 +21,7 @@ fn server_binary() -> String {
 pub struct RedisProcess {
     port: u16,
     dir: PathBuf,
+    extra_args: Vec<String>,
     child: Option<Child>,
     paused: bool,
 }
@@ -31,7 +32,29 @@ impl RedisProcess {
     /// # Errors
     ///
     /// When `redis-server` cannot be run or does not answer within 10 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills a server it already started.
     pub async fn start() -> io::Result<RedisProcess> {
+        RedisProcess::start_with_args(|_| Vec::new()).await
+    }
+
+    /// Starts a server with extra arguments, made from the port it will
+    /// listen on: an ACL user, or TLS on that port instead of plain TCP
+    /// (`--port 0 --tls-port <port> ...`). Later arguments override earlier
+    /// ones. Waits until the port accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// When `redis-server` cannot be run or does not listen within 10 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills a server it already started.
+    pub async fn start_with_args(
+        extra: impl FnOnce(u16) -> Vec<String>,
+    ) -> io::Result<RedisProcess> {
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("multilock-redis-{port}-{}", std::process::id()));
@@ -39,6 +62,7 @@ impl RedisProcess {
         let mut server = RedisProcess {
             port,
             dir,
+            extra_args: extra(port),
             child: None,
             paused: false,
         };
@@ -77,6 +101,7 @@ impl RedisProcess {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -85,7 +110,7 @@ impl RedisProcess {
             })?;
         self.child = Some(child);
         self.paused = false;
-        wait_until_ready(&self.url(), Duration::from_secs(10)).await
+        wait_until_listening(self.port, Duration::from_secs(10)).await
     }
 
     fn signal(&self, signal: &str) -> io::Result<()> {
@@ -161,6 +186,24 @@ fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Polls the port until it accepts connections: a Redis server listens once
+/// it is ready (no data to load here), whatever it then requires (a
+/// password, TLS).
+async fn wait_until_listening(port: u16, limit: Duration) -> io::Result<()> {
+    let started = Instant::now();
+    loop {
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(_) => return Ok(()),
+            Err(_) if started.elapsed() > limit => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {port} did not listen within {limit:?}"),
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
 /// Polls PING until the server answers.
 pub(crate) async fn wait_until_ready(url: &str, limit: Duration) -> io::Result<()> {
     let client = redis::Client::open(url).map_err(io::Error::other)?;

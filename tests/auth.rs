@@ -1,0 +1,122 @@
+//! Credentials and transport: ACL `user:password` URLs, and `rediss://`
+//! (TLS, feature `tls`) end to end; the password never shows.
+
+mod common;
+
+use std::time::Duration;
+
+use multilock::testkit::RedisProcess;
+use multilock::{Client, Node};
+
+#[tokio::test]
+async fn acl_user_and_password() {
+    let server = RedisProcess::start_with_args(|_| {
+        [
+            "--user", "default", "off", "--user", "app", "on", ">hunter2", "~*", "&*", "+@all",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+    .await
+    .unwrap();
+    let port = server.port();
+    let node = Node::new(&format!("redis://app:hunter2@127.0.0.1:{port}")).unwrap();
+    let client = Client::new();
+    let lock = client.lock(&node, "acl").unwrap();
+    let guard = lock.lock().await.unwrap();
+    // Waiting works too: the subscription connection authenticates as well.
+    let other = Client::new().lock(&node, "acl").unwrap();
+    let waiter =
+        tokio::spawn(async move { other.try_lock_for(Duration::from_secs(5), None).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    guard.unlock().await.unwrap();
+    waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken through pub/sub")
+        .unlock()
+        .await
+        .unwrap();
+
+    // A wrong password is a typed error that does not show it.
+    let wrong = Node::builder(format!("redis://app:wrong-secret@127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let err = Client::new()
+        .lock(&wrong, "acl")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(
+        !shown.contains("wrong-secret") && !shown.contains("hunter2"),
+        "{shown}"
+    );
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_end_to_end() {
+    use std::process::Command;
+
+    let dir = std::env::temp_dir().join(format!("multilock-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (cert_arg, key_arg) = (cert.display().to_string(), key.display().to_string());
+    let server = RedisProcess::start_with_args(move |port| {
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            cert_arg.clone(),
+            "--tls-key-file".into(),
+            key_arg.clone(),
+            "--tls-ca-cert-file".into(),
+            cert_arg,
+            "--tls-auth-clients".into(),
+            "no".into(),
+            "--requirepass".into(),
+            "tls-secret".into(),
+        ]
+    })
+    .await
+    .unwrap();
+    // A self-signed certificate: `#insecure` skips verification.
+    let url = format!("rediss://:tls-secret@127.0.0.1:{}/#insecure", server.port());
+    let node = Node::new(&url).unwrap();
+    assert!(!format!("{node:?}").contains("tls-secret"));
+    let lock = Client::new().lock(&node, "tls").unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+}
