@@ -407,6 +407,12 @@ impl RedisContainer {
     /// When Docker cannot be reached, the image is missing and cannot be
     /// pulled (the message says how to build a local one), or the server
     /// does not answer within 30 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future removes what it created so far (containers and
+    /// networks); a container whose creation request was under way may be
+    /// left behind, carrying the kit's label (see the module docs).
     pub async fn start() -> io::Result<RedisContainer> {
         Self::start_with_flags(&[]).await
     }
@@ -415,6 +421,10 @@ impl RedisContainer {
     /// example `["--maxmemory", "10mb"]`).
     ///
     /// # Errors
+    ///
+    /// As [`RedisContainer::start`].
+    ///
+    /// # Cancel safety
     ///
     /// As [`RedisContainer::start`].
     pub async fn start_with_flags(flags: &[&str]) -> io::Result<RedisContainer> {
@@ -432,6 +442,10 @@ impl RedisContainer {
     ///
     /// As [`RedisContainer::start`]; the servers already started are
     /// removed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisContainer::start`].
     pub async fn start_many(n: usize) -> io::Result<Vec<RedisContainer>> {
         let docker = connect().await?;
         ensure_image(&docker, &image()).await?;
@@ -451,6 +465,10 @@ impl RedisContainer {
     /// # Errors
     ///
     /// As [`RedisContainer::start_many`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisContainer::start`].
     pub async fn start_many_two_sided(n: usize) -> io::Result<Vec<RedisContainer>> {
         let docker = connect().await?;
         ensure_image(&docker, &image()).await?;
@@ -629,6 +647,10 @@ impl RedisContainer {
     /// # Errors
     ///
     /// When Docker refuses the removal.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future still removes the container: its `Drop` does.
     pub async fn rm(mut self) -> io::Result<()> {
         let mut outcome = self.remove_container().await;
         for side in std::mem::take(&mut self.sides) {
@@ -809,6 +831,10 @@ impl RedisContainer {
     /// # Errors
     ///
     /// When the container was removed, has no such side, or Docker refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// One Docker request: if dropped, it may or may not have been applied.
     pub async fn partition_side(&mut self, side: Side) -> io::Result<()> {
         let attachment = self.side(side)?;
         if attachment.cut {
@@ -835,6 +861,10 @@ impl RedisContainer {
     ///
     /// When the container was removed, has no such side, Docker refuses, or
     /// the server does not answer within 15 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// One Docker request: if dropped, it may or may not have been applied.
     pub async fn heal_side(&mut self, side: Side) -> io::Result<()> {
         let attachment = self.side(side)?;
         if !attachment.cut {
@@ -942,6 +972,10 @@ impl ReplicatedPair {
     ///
     /// As [`RedisContainer::start`], or when the link does not come up
     /// within 30 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RedisContainer::start`].
     pub async fn start() -> io::Result<ReplicatedPair> {
         let docker = connect().await?;
         ensure_image(&docker, &image()).await?;
@@ -969,6 +1003,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When it is not up within `limit`, or the replica does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only polls.
     pub async fn wait_link_up(&self, limit: Duration) -> io::Result<()> {
         let started = Instant::now();
         loop {
@@ -990,6 +1028,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When the replica does not answer within 5 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
     pub async fn link_is_up(&self) -> io::Result<bool> {
         let info: String = self
             .replica
@@ -1005,6 +1047,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When Docker refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// One request: if dropped, it may or may not have been applied.
     pub async fn cut_link(&mut self) -> io::Result<()> {
         self.replica.partition_side(Side::B).await
     }
@@ -1015,6 +1061,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When Docker refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// One request: if dropped, it may or may not have been applied.
     pub async fn restore_link(&mut self) -> io::Result<()> {
         self.replica.heal_side(Side::B).await
     }
@@ -1025,6 +1075,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When the replica does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// One request: if dropped, it may or may not have been applied.
     pub async fn promote(&mut self) -> io::Result<()> {
         let _: String = self
             .replica
@@ -1038,6 +1092,10 @@ impl ReplicatedPair {
     /// # Errors
     ///
     /// When Docker refuses a removal.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future still removes the containers: their `Drop` does.
     pub async fn rm(self) -> io::Result<()> {
         let replica = self.replica.rm().await;
         let primary = self.primary.rm().await;

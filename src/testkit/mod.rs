@@ -31,6 +31,12 @@ pub use process::RedisProcess;
 ///
 /// Every method is async so container backends can implement it; the
 /// process backend finishes each at once.
+///
+/// # Cancel safety
+///
+/// Each fault is one request to the OS or to Docker (a restart: a removal,
+/// then a start): if its future is dropped it may or may not have been
+/// applied, and the server is in whatever state that left.
 pub trait TestServer: Send {
     /// `redis://host:port` reaching the server from this process.
     fn url(&self) -> String;

@@ -75,6 +75,10 @@ impl RedisProcess {
     /// # Errors
     ///
     /// As [`RedisProcess::start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills the servers already started.
     pub async fn start_many(n: usize) -> io::Result<Vec<RedisProcess>> {
         futures::future::try_join_all((0..n).map(|_| RedisProcess::start())).await
     }
