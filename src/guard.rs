@@ -188,8 +188,11 @@ impl Guard {
     /// release goes on in the background.
     pub async fn unlock(mut self) -> Result<()> {
         let mut parts = std::mem::take(&mut self.parts);
-        if self.nodes == 1 && parts.len() == 1 {
-            let part = parts.pop().expect("one part");
+        // A single-node lock reports its node's error as it is.
+        if self.nodes == 1
+            && parts.len() == 1
+            && let Some(part) = parts.pop()
+        {
             return part.release().await.map(drop);
         }
         let name = parts
