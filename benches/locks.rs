@@ -73,47 +73,24 @@ const RENEW_BATCH: usize = 500;
 /// Server processes started; the 1- and 3-node cases use the first ones.
 const SERVERS: usize = 5;
 
-/// The crate's acquire script, copied from `src/scripts.rs`, where it is
-/// crate-private. [`check_script_copies`] stops the run if the copy drifts.
-///
-/// KEYS[1] lock. ARGV[1] lease (ms), ARGV[2] field. Reply: nil when granted,
-/// else the lock's PTTL.
-const ACQUIRE_LUA: &str = r#"
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
-end
-return redis.call('pttl', KEYS[1])
-"#;
+/// The crate's own Lua source of a script, as the test kit exposes it: the
+/// limit sends byte-identical scripts.
+fn crate_script(name: &str) -> Script {
+    let (_, source, _) = multilock::testkit::scripts()
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or_else(|| panic!("the crate has no script {name:?}"));
+    Script::new(source)
+}
 
-/// The crate's release script, copied likewise.
-///
-/// KEYS[1] lock, KEYS[2] channel, KEYS[3] unlock latch. ARGV[1] lease (ms),
-/// ARGV[2] field, ARGV[3] latch TTL (ms), ARGV[4] unlock message. Reply: 1
-/// when the lock was deleted (and the message published).
-const RELEASE_LUA: &str = r#"
-local latched = redis.call('get', KEYS[3])
-if latched ~= false then
-    return tonumber(latched)
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return nil
-end
-local count = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if count > 0 then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
-    return 0
-end
-redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[4])
-redis.call('set', KEYS[3], 1, 'px', ARGV[3])
-return 1
-"#;
-
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+/// The crate's acquire script. KEYS[1] lock. ARGV[1] lease (ms), ARGV[2]
+/// field. Reply: nil when granted, else the lock's PTTL.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| crate_script("acquire"));
+/// The crate's release script. KEYS[1] lock, KEYS[2] channel, KEYS[3] unlock
+/// latch. ARGV[1] lease (ms), ARGV[2] field, ARGV[3] latch TTL (ms), ARGV[4]
+/// unlock message. Reply: 1 when the lock was deleted (and the message
+/// published).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| crate_script("release"));
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -134,7 +111,6 @@ async fn run() -> BenchResult {
         settings.name()
     );
     let servers = Servers::start(SERVERS).await?;
-    check_script_copies(&servers).await?;
     let mut report = Report::default();
 
     let progress = |step: &str| eprintln!("[{:6.1} s] {step}", started.elapsed().as_secs_f64());
@@ -377,33 +353,6 @@ fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
             Some((name.to_owned(), stat))
         })
         .collect()
-}
-
-/// The limit must send the crate's scripts byte for byte. On a fresh server,
-/// after one lock+unlock through the crate, the script cache holds what the
-/// crate sent: the copies' hashes must be there.
-async fn check_script_copies(servers: &Servers) -> BenchResult {
-    let client = Client::new();
-    let node = Node::new(&servers.urls[0])?;
-    let lock = client.lock(&node, "bench:script-check")?;
-    lock.lock_with_lease(LEASE).await?.unlock().await?;
-    let cached: Vec<bool> = servers
-        .query(
-            0,
-            redis::cmd("SCRIPT")
-                .arg("EXISTS")
-                .arg(ACQUIRE.get_hash())
-                .arg(RELEASE.get_hash()),
-        )
-        .await?;
-    if cached == [true, true] {
-        Ok(())
-    } else {
-        Err(
-            "the Lua copied into benches/locks.rs differs from src/scripts.rs: copy it again"
-                .into(),
-        )
-    }
 }
 
 // ---------------------------------------------------------------------------
