@@ -182,3 +182,57 @@ async fn script_hashes_match_script_load() {
         assert_eq!(loaded, hash, "{name}");
     }
 }
+
+/// A release retried with the same request id (its reply was lost) returns
+/// the first result, not a false "not held": the unlock latch.
+#[tokio::test]
+async fn a_retried_release_returns_its_first_result() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "latched").unwrap();
+    let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+    let field = format!("{}:{}", client.id(), guard.owner());
+    let release = scripts()
+        .into_iter()
+        .find(|(name, _, _)| *name == "release")
+        .map(|(_, source, _)| redis::Script::new(source))
+        .unwrap();
+    let mut conn = raw(&server).await;
+    let latch = "redisson_unlock_latch:{latched}:request-1";
+    let mut once = release.key("latched");
+    once.key("redisson_lock__channel:{latched}")
+        .key(latch)
+        .arg(10_000)
+        .arg(&field)
+        .arg(10_000)
+        .arg("0");
+    let first: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
+    let retried: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
+    assert_eq!(first, Some(1), "deleted");
+    assert_eq!(retried, Some(1), "the retry sees the first result");
+    let latch_ttl: i64 = redis::cmd("PTTL")
+        .arg(latch)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        latch_ttl > 0 && latch_ttl <= 10_000,
+        "the latch expires: {latch_ttl}"
+    );
+    // A different request of a non-holder is refused.
+    let mut other = release.key("latched");
+    other
+        .key("redisson_lock__channel:{latched}")
+        .key("redisson_unlock_latch:{latched}:request-2")
+        .arg(10_000)
+        .arg(&field)
+        .arg(10_000)
+        .arg("0");
+    let refused: Option<i64> = other.invoke_async(&mut conn).await.unwrap();
+    assert_eq!(refused, None);
+    assert!(
+        matches!(guard.unlock().await, Err(multilock::Error::NotHeld { .. })),
+        "released underneath"
+    );
+}
