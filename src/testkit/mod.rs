@@ -2,7 +2,8 @@
 //!
 //! Two backends with one API, [`TestServer`]: [`RedisProcess`] runs
 //! `redis-server` processes on free loopback ports, and (see
-//! [`containers`]) Docker containers through testcontainers. Each can be
+//! [`containers`]) Docker containers, driven through the bollard client
+//! that testcontainers re-exports. Each can be
 //! killed, paused, restarted on the same port, partitioned and healed, so a
 //! failover test runs on either.
 //!
