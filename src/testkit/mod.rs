@@ -1,11 +1,10 @@
 //! A kit for tests against real Redis servers (feature `testkit`).
 //!
 //! Two backends with one API, [`TestServer`]: [`RedisProcess`] runs
-//! `redis-server` processes on free loopback ports, and (see
-//! [`containers`]) Docker containers, driven through the bollard client
-//! that testcontainers re-exports. Each can be
-//! killed, paused, restarted on the same port, partitioned and healed, so a
-//! failover test runs on either.
+//! `redis-server` processes on free loopback ports, and [`containers`] runs
+//! Docker containers, driven through the bollard client that testcontainers
+//! re-exports. Each can be killed, paused, restarted on the same port,
+//! partitioned and healed, so a failover test runs on either.
 //!
 //! ```no_run
 //! use multilock::testkit::{RedisProcess, TestServer};
