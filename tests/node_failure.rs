@@ -167,13 +167,6 @@ async fn paused_node_times_out_and_recovers() {
     // The timed-out acquire may have been applied once the node resumed; it
     // is rolled back on its own connection, so the lock ends up free.
     let other = Client::new().lock(&node, "frozen").unwrap();
-    let got = other
-        .try_lock_for(Duration::from_secs(5), Some(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    got.expect("free after the rollback")
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&other, Duration::from_secs(5), "free after the rollback").await;
     assert!(!exists(&server, "frozen").await);
 }

@@ -109,14 +109,7 @@ async fn cancelled_while_waiting_leaves_nothing() {
     assert!(waiting.await.unwrap_err().is_cancelled());
     holder.unlock().await.unwrap();
     let third = Client::new().lock(&node, "cancel-wait").unwrap();
-    third
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("free at once: the cancelled waiter holds nothing")
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&third, Duration::ZERO, "the cancelled waiter holds nothing").await;
 }
 
 /// Cut acquires off at every point, including right after the grant: the
@@ -138,27 +131,19 @@ async fn cancelled_at_any_point_leaves_nothing() {
         tokio::time::sleep(Duration::from_micros(cut_after_us)).await;
         task.abort();
         let _ = task.await;
-        let got = other
-            .try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5)))
-            .await
-            .unwrap();
-        got.unwrap_or_else(|| panic!("lock left held after a cut at {cut_after_us} us"))
-            .unlock()
-            .await
-            .unwrap();
+        let why = format!("lock left held after a cut at {cut_after_us} us");
+        take_and_release(&other, Duration::from_secs(3), &why).await;
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
         let fut = lock.lock();
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
-        let got = other
-            .try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(5)))
-            .await
-            .unwrap();
-        got.expect("the rollback released the abandoned grant")
-            .unlock()
-            .await
-            .unwrap();
+        take_and_release(
+            &other,
+            Duration::from_secs(3),
+            "the rollback released the abandoned grant",
+        )
+        .await;
     }
 }
 
@@ -169,14 +154,12 @@ async fn dropping_a_guard_releases_it() {
     let lock = client().lock(&node, "dropped").unwrap();
     let other = Client::new().lock(&node, "dropped").unwrap();
     drop(lock.lock().await.unwrap());
-    let got = other
-        .try_lock_for(Duration::from_secs(2), None)
-        .await
-        .unwrap();
-    got.expect("a dropped guard is released in the background")
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(
+        &other,
+        Duration::from_secs(2),
+        "a dropped guard is released in the background",
+    )
+    .await;
 }
 
 /// 200 waiters on 20 locks share one subscription connection; the last

@@ -39,7 +39,7 @@
 //!   ([`DEFAULT_IMAGE`]). A missing image is pulled; when that fails,
 //!   starting fails with a message that says how to build the local one.
 //! - `MULTILOCK_KEEP_CONTAINERS=1` ([`KEEP_ENV`]): containers and networks
-//!   are left behind for debugging (their names are printed on stderr).
+//!   are left behind for debugging (their names are logged through `tracing`).
 //! - `DOCKER_HOST`: the Docker daemon, as for the `docker` CLI.
 //!
 //! Everything the kit creates carries the label `org.multilock.testkit`.
@@ -214,8 +214,8 @@ where
     });
     match worker.join() {
         Ok(Ok(())) => {}
-        Ok(Err(err)) => eprintln!("multilock testkit: cleanup failed: {err}"),
-        Err(_) => eprintln!("multilock testkit: cleanup panicked"),
+        Ok(Err(err)) => tracing::warn!(error = %err, "test kit cleanup failed"),
+        Err(_) => tracing::warn!("test kit cleanup panicked"),
     }
 }
 
@@ -312,7 +312,7 @@ impl Network {
     async fn remove(mut self, docker: &Docker) -> io::Result<()> {
         self.armed = false;
         if keep_containers() {
-            eprintln!("multilock testkit: keeping network {}", self.name);
+            tracing::info!(network = %self.name, "test kit keeps the network");
             return Ok(());
         }
         bounded(
@@ -329,7 +329,7 @@ impl Drop for Network {
             return;
         }
         if keep_containers() {
-            eprintln!("multilock testkit: keeping network {}", self.name);
+            tracing::info!(network = %self.name, "test kit keeps the network");
             return;
         }
         let name = self.name.clone();
@@ -666,11 +666,7 @@ impl RedisContainer {
             return Ok(());
         };
         if keep_containers() {
-            eprintln!(
-                "multilock testkit: keeping container {} ({})",
-                self.name,
-                self.url()
-            );
+            tracing::info!(container = %self.name, url = %self.url(), "test kit keeps the container");
             return Ok(());
         }
         let options = RemoveContainerOptionsBuilder::new()
@@ -923,11 +919,7 @@ impl Drop for RedisContainer {
             return;
         };
         if keep_containers() {
-            eprintln!(
-                "multilock testkit: keeping container {} ({})",
-                self.name,
-                self.url()
-            );
+            tracing::info!(container = %self.name, url = %self.url(), "test kit keeps the container");
             return;
         }
         let name = self.name.clone();

@@ -122,6 +122,18 @@ pub async fn subscribe_raw(
     pubsub.into_on_message()
 }
 
+/// Takes `lock` within `wait` (with a short lease) and releases it: proof
+/// that nobody else holds it any more. Panics with `why` otherwise.
+pub async fn take_and_release<L: multilock::DistributedLock>(lock: &L, wait: Duration, why: &str) {
+    lock.try_lock_for(wait, Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("not free: {why}"))
+        .unlock()
+        .await
+        .unwrap();
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
