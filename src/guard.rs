@@ -24,8 +24,8 @@ pub(crate) struct HeldPart {
     pub(crate) lease: Option<Duration>,
     pub(crate) renewal: Option<Renewal>,
     pub(crate) token: Option<u64>,
-    /// When the acquire request was sent: a fixed lease ends no later than
-    /// this plus the lease.
+    /// When the acquire request was sent: a fixed lease runs at least until
+    /// this plus the lease (the server applied the request after it).
     pub(crate) sent_at: Instant,
     armed: bool,
 }
@@ -60,23 +60,25 @@ impl HeldPart {
     pub(crate) fn release(mut self) -> FinishOnDrop<impl Future<Output = Result<Released>>> {
         self.armed = false;
         let job = self.release_job();
-        FinishOnDrop::new(job, |result| {
-            async move {
-                if let Err(err) = result {
-                    tracing::warn!(error = %err, "background release failed");
-                }
-            }
-            .boxed()
-        })
+        FinishOnDrop::new(job, log_failure)
     }
 
     fn release_job(&mut self) -> impl Future<Output = Result<Released>> + Send + 'static + use<> {
+        // A hold the watchdog found gone is over: releasing its field would
+        // lower the count of a later hold by the same owner.
+        let gone = self.renewal.as_ref().is_some_and(Renewal::is_gone);
         // Deregistered now, before anything is sent: no renewal may follow.
         let watchdog = self.renewal.take().map(Renewal::stop);
         let lock = self.lock.clone();
         let field = self.field.clone();
         let lease = self.lease;
         async move {
+            if gone {
+                return Err(Error::NotHeld {
+                    lock: lock.name().to_owned(),
+                    node: lock.node().addr().to_owned(),
+                });
+            }
             if let Some(watchdog) = watchdog {
                 watchdog.quiesce().await;
             }
@@ -84,8 +86,8 @@ impl HeldPart {
         }
     }
 
-    /// Resolves when this part is known to be gone: the watchdog found it
-    /// missing, or its fixed lease ran out.
+    /// Resolves when this part is gone or may be: the watchdog found it
+    /// missing or could not confirm it in time, or its fixed lease ran out.
     async fn lost(&self) {
         match (&self.renewal, self.lease) {
             (Some(renewal), _) => renewal.lost().await,
@@ -102,21 +104,19 @@ impl Drop for HeldPart {
         if !self.armed {
             return;
         }
-        let job = self.release_job();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(err) = job.await {
-                        tracing::warn!(error = %err, "release on drop failed");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                lock = %self.lock.name(),
-                "guard dropped outside a runtime; the lock expires with its lease"
-            ),
+        // Dropped unpolled, it moves the whole release onto the runtime.
+        drop(FinishOnDrop::new(self.release_job(), log_failure));
+    }
+}
+
+/// What a release nobody awaits does with its outcome.
+fn log_failure(result: Result<Released>) -> futures::future::BoxFuture<'static, ()> {
+    async move {
+        if let Err(err) = result {
+            tracing::warn!(error = %err, "background release failed");
         }
     }
+    .boxed()
 }
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`],
@@ -273,8 +273,8 @@ impl Guard {
     }
 
     /// With a fixed lease, the instant after which the lock may be held by
-    /// someone else (for a multi-node lock: the validity, lease minus the
-    /// time taken to acquire minus clock drift). `None` under the watchdog.
+    /// someone else: when the (first) acquire request was sent, plus the
+    /// lease, minus an allowance for clock drift. `None` under the watchdog.
     pub fn valid_until(&self) -> Option<std::time::Instant> {
         self.valid_until.map(Instant::into_std)
     }

@@ -380,6 +380,7 @@ impl Lock {
         let sent_at = Instant::now();
         let request = self.clone().send_acquire(field.clone(), lease);
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
+        let rollback = sent.rollback_patience();
         match sent.reply {
             Ok(AcquireReply::Granted(token)) => {
                 // No await between the grant and the part: from here on,
@@ -403,15 +404,8 @@ impl Lock {
             }
             Ok(AcquireReply::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
             Err(err) => {
-                if err.outcome_unknown() {
-                    let rollback = Rollback {
-                        patience: self.rollback_patience(lease),
-                        lock: self.clone(),
-                        field,
-                        lease,
-                        conn: sent.conn,
-                    };
-                    tokio::spawn(rollback.run());
+                if let Some(patience) = rollback {
+                    tokio::spawn(roll_back(self.clone(), field, lease, sent.conn, patience));
                 }
                 Err(err)
             }
@@ -503,12 +497,6 @@ impl Lock {
             required: replicas,
             acknowledged,
         })
-    }
-
-    /// How long a rollback of an unanswered acquire waits for its reply: as
-    /// long as the acquire's lease, the longest that acquire could matter.
-    fn rollback_patience(&self, lease: Option<Duration>) -> Duration {
-        Duration::from_millis(self.lease_ms(lease)).max(self.inner.node.response_timeout())
     }
 
     fn lease_ms(&self, lease: Option<Duration>) -> u64 {
@@ -709,49 +697,47 @@ struct SentAcquire {
 }
 
 impl SentAcquire {
+    /// Whether this acquire must be undone if nobody holds it, and how long
+    /// the release may wait for its reply: a grant, briefly; a request that
+    /// got no answer, as long as its lease, the longest it could matter.
+    fn rollback_patience(&self) -> Option<Duration> {
+        let node = &self.lock.inner.node;
+        match &self.reply {
+            Ok(AcquireReply::Granted(_)) => Some(node.response_timeout()),
+            Err(err) if err.outcome_unknown() => Some(
+                Duration::from_millis(self.lock.lease_ms(self.lease)).max(node.response_timeout()),
+            ),
+            _ => None,
+        }
+    }
+
     /// Nobody takes this reply: undo whatever it may have done.
     async fn settle(self) {
-        let patience = match &self.reply {
-            Ok(AcquireReply::Granted(_)) => self.lock.inner.node.response_timeout(),
-            Err(err) if err.outcome_unknown() => self.lock.rollback_patience(self.lease),
-            _ => return,
-        };
-        Rollback {
-            lock: self.lock,
-            field: self.field,
-            lease: self.lease,
-            conn: self.conn,
-            patience,
+        if let Some(patience) = self.rollback_patience() {
+            roll_back(self.lock, self.field, self.lease, self.conn, patience).await;
         }
-        .run()
-        .await
     }
 }
 
-/// The release of an acquire nobody will hold. It goes on the acquire's own
-/// connection, so it is applied after the acquire even when the node was
-/// paused in between.
-struct Rollback {
+/// Releases an acquire nobody will hold. The release goes on the acquire's
+/// own connection, so it is applied after the acquire even when the node
+/// was paused in between.
+async fn roll_back(
     lock: Lock,
     field: Arc<str>,
     lease: Option<Duration>,
     conn: Option<Conn>,
     patience: Duration,
-}
-
-impl Rollback {
-    async fn run(self) {
-        let Some(mut conn) = self.conn else {
-            return;
-        };
-        let invocation = self.lock.release_invocation(&self.field, self.lease);
-        let outcome = self
-            .lock
-            .traced_release(conn.invoke_patiently(&invocation, self.patience))
-            .await;
-        match outcome {
-            Ok(_) | Err(Error::NotHeld { .. }) => {}
-            Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
-        }
+) {
+    let Some(mut conn) = conn else {
+        return;
+    };
+    let invocation = lock.release_invocation(&field, lease);
+    match lock
+        .traced_release(conn.invoke_patiently(&invocation, patience))
+        .await
+    {
+        Ok(_) | Err(Error::NotHeld { .. }) => {}
+        Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
     }
 }

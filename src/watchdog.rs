@@ -14,7 +14,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -37,7 +39,7 @@ pub(crate) struct NodeWatchdog {
     node: Node,
     timeout: Duration,
     entries: Mutex<Entries>,
-    /// Held for the length of one renewal round; see the module docs.
+    /// Held for the length of one renewal batch; see the module docs.
     renewing: tokio::sync::Mutex<()>,
 }
 
@@ -63,7 +65,7 @@ struct Standing {
     gone: bool,
     /// The lock may have expired on the node from here on: when the last
     /// request that set its TTL was sent, plus the TTL, minus clock drift.
-    expires: tokio::time::Instant,
+    expires: Instant,
 }
 
 /// A lock part's registration with its node's watchdog. Stopping it (or
@@ -93,7 +95,7 @@ impl Watchdogs {
         node: &Node,
         key: &str,
         field: &Arc<str>,
-        granted_at: tokio::time::Instant,
+        granted_at: Instant,
     ) -> Renewal {
         let dog = self
             .by_node
@@ -114,7 +116,7 @@ impl Watchdogs {
 }
 
 impl NodeWatchdog {
-    fn register(self: &Arc<Self>, key: EntryKey, granted_at: tokio::time::Instant) -> Renewal {
+    fn register(self: &Arc<Self>, key: EntryKey, granted_at: Instant) -> Renewal {
         let expires = self.expiry(granted_at);
         let mut entries = self.entries.lock().unwrap();
         let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
@@ -148,7 +150,7 @@ impl NodeWatchdog {
     }
 
     /// When a TTL set by a request sent at `sent_at` may have run out.
-    fn expiry(&self, sent_at: tokio::time::Instant) -> tokio::time::Instant {
+    fn expiry(&self, sent_at: Instant) -> Instant {
         crate::lease::trusted_until(sent_at, self.timeout)
     }
 
@@ -183,8 +185,7 @@ impl NodeWatchdog {
             if chunk.is_empty() {
                 continue;
             }
-            let started = Instant::now();
-            let sent_at = tokio::time::Instant::now();
+            let sent_at = Instant::now();
             let mut invocation = scripts::RENEW_BATCH.prepare_invoke();
             invocation.arg(lease_ms);
             for (key, field) in &chunk {
@@ -196,7 +197,7 @@ impl NodeWatchdog {
             let _enter = span.enter();
             match result {
                 Ok(renewed) => {
-                    tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "renewed");
+                    tracing::debug!(elapsed_us = sent_at.elapsed().as_micros() as u64, "renewed");
                     let mut entries = self.entries.lock().unwrap();
                     let expires = self.expiry(sent_at);
                     for (key, ok) in chunk.iter().zip(renewed) {
@@ -240,6 +241,12 @@ impl Renewal {
         }
     }
 
+    /// True once a renewal found the lock gone: this hold is over for good,
+    /// and the field, if present again, belongs to a later hold.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.lost.borrow().gone
+    }
+
     /// Stops renewing (the last hold out removes the entry) and returns the
     /// watchdog, whose [`NodeWatchdog::quiesce`] the release must await
     /// before it is sent.
@@ -253,7 +260,11 @@ impl Renewal {
             return;
         }
         let mut entries = self.dog.entries.lock().unwrap();
-        if let Some(entry) = entries.by_lock.get_mut(&self.key) {
+        // Only the entry this hold joined: after a loss, the same owner may
+        // have taken the lock again under a fresh entry.
+        if let Some(entry) = entries.by_lock.get_mut(&self.key)
+            && self.lost.same_channel(&entry.lost.subscribe())
+        {
             entry.holds -= 1;
             if entry.holds == 0 {
                 entries.by_lock.remove(&self.key);
@@ -280,7 +291,7 @@ impl Timer {
             Some(dog) => dog.timeout / 3,
             None => return,
         };
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;

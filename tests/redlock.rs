@@ -61,29 +61,17 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     let nodes = nodes(&servers);
     let counter_url = servers[0].url();
     let mut tasks = Vec::new();
-    for c in 0..3 {
-        let client = client();
-        let red = if c == 0 {
-            client.red_lock_on(&nodes, NAME).unwrap()
-        } else {
-            // Same name, separate client: a different process in real life.
-            client.red_lock_on(&nodes, NAME).unwrap()
-        };
+    // Three clients: three processes in real life.
+    for _ in 0..3 {
+        let red = client().red_lock_on(&nodes, NAME).unwrap();
         for _ in 0..8 {
-            let red = red.clone();
-            let url = counter_url.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut conn = redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                for _ in 0..15 {
-                    let guard = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
-                    increment_unsafely(&mut conn).await;
-                    guard.unlock().await.unwrap();
-                }
-            }));
+            let lease = Some(Duration::from_secs(10));
+            tasks.push(spawn_counter_task(
+                red.clone(),
+                counter_url.clone(),
+                15,
+                lease,
+            ));
         }
     }
     for t in tasks {

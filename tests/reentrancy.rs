@@ -125,23 +125,9 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "counter-lock").unwrap();
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let lock = lock.clone();
-        let url = server.url();
-        tasks.push(tokio::spawn(async move {
-            let mut conn = redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            for _ in 0..ROUNDS {
-                let guard = lock.lock().await.unwrap();
-                increment_unsafely(&mut conn).await;
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| spawn_counter_task(lock.clone(), server.url(), ROUNDS, None))
+        .collect();
     for task in tasks {
         task.await.unwrap();
     }

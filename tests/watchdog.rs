@@ -206,3 +206,39 @@ async fn lost_fires_when_the_node_stops_answering() {
     server.unpause().await.unwrap();
     drop(guard);
 }
+
+/// A hold found gone is over: its guard's unlock does not touch a later
+/// hold that the same owner took meanwhile, which stays renewed.
+#[tokio::test]
+async fn a_lost_guard_leaves_a_later_hold_of_its_owner_alone() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let owner = multilock::Owner::new("worker").unwrap();
+    let lock = client.lock(&node, "again").unwrap().with_owner(owner);
+    let old = lock.lock().await.unwrap();
+    assert!(
+        multilock::Client::new()
+            .lock(&node, "again")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    tokio::time::timeout(Duration::from_secs(5), old.lost())
+        .await
+        .expect("lost");
+    let new = lock.lock().await.unwrap();
+    assert!(matches!(
+        old.unlock().await,
+        Err(multilock::Error::NotHeld { .. })
+    ));
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the later hold is untouched"
+    );
+    tokio::time::sleep(WATCHDOG * 2).await;
+    assert!(lock.is_locked().await.unwrap(), "and still renewed");
+    new.unlock().await.unwrap();
+}

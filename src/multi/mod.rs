@@ -43,7 +43,6 @@ pub struct QuorumLock<P: QuorumPolicy> {
     locks: Arc<[Lock]>,
     owner: Option<Owner>,
     node_timeout: Duration,
-    fenced: bool,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -107,7 +106,6 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             locks: locks.into(),
             owner: None,
             node_timeout: DEFAULT_NODE_TIMEOUT,
-            fenced: false,
             policy: PhantomData,
         })
     }
@@ -157,9 +155,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     pub fn with_fencing(&self) -> Self {
         Self {
             locks: self.locks.iter().map(Lock::with_fencing).collect(),
-            fenced: true,
             ..self.clone()
         }
+    }
+
+    /// True when fencing tokens are on ([`QuorumLock::with_fencing`]).
+    pub fn is_fenced(&self) -> bool {
+        self.locks.iter().all(Lock::is_fenced)
     }
 
     fn owner(&self) -> Owner {
@@ -416,7 +418,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let validity = lease::validity(validity_lease, elapsed);
         if parts.len() >= required {
             if let Some(validity) = validity {
-                let token = if self.fenced {
+                let token = if self.is_fenced() {
                     match self.settle_token(&parts, node_timeout).await {
                         Some(token) => Some(token),
                         None => {
@@ -635,7 +637,6 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
             locks: self.locks.clone(),
             owner: self.owner.clone(),
             node_timeout: self.node_timeout,
-            fenced: self.fenced,
             policy: PhantomData,
         }
     }
@@ -647,7 +648,7 @@ impl<P: QuorumPolicy> fmt::Debug for QuorumLock<P> {
             .field("locks", &self.locks)
             .field("quorum", &self.quorum())
             .field("node_timeout", &self.node_timeout)
-            .field("fenced", &self.fenced)
+            .field("fenced", &self.is_fenced())
             .finish()
     }
 }

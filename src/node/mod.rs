@@ -234,9 +234,7 @@ impl Node {
 
     /// Runs one command on a pooled connection.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut conn = self.checkout().await?;
-        let result = cmd.query_async(&mut conn.conn).await;
-        conn.finish(result)
+        self.checkout().await?.query(cmd).await
     }
 
     /// A connection for one request, shared with concurrent requests
@@ -296,6 +294,11 @@ impl Conn {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T> {
         let result = invocation.invoke_async(&mut self.conn).await;
+        self.finish(result)
+    }
+
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
+        let result = cmd.query_async(&mut self.conn).await;
         self.finish(result)
     }
 

@@ -99,6 +99,32 @@ pub async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
         .unwrap();
 }
 
+/// A task that, `rounds` times, takes `lock` (with `lease`, or under the
+/// watchdog), bumps the counter on `counter_url` unsafely, and releases.
+pub fn spawn_counter_task<L: multilock::DistributedLock>(
+    lock: L,
+    counter_url: String,
+    rounds: usize,
+    lease: Option<Duration>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut conn = redis::Client::open(counter_url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for _ in 0..rounds {
+            let guard = match lease {
+                Some(lease) => lock.lock_with_lease(lease).await,
+                None => lock.lock().await,
+            }
+            .unwrap();
+            increment_unsafely(&mut conn).await;
+            guard.unlock().await.unwrap();
+        }
+    })
+}
+
 pub async fn counter(server: &RedisProcess) -> u64 {
     let mut conn = raw(server).await;
     redis::cmd("GET")
