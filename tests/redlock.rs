@@ -27,6 +27,23 @@ async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
     left
 }
 
+/// Waits (up to 3 s) until no node holds `key`: requests that a failed
+/// round stopped waiting for are rolled back in the background.
+async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = keys_left(servers, key).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{why}: keys left on nodes {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn both_work_when_all_nodes_are_up() {
     let servers = servers(5).await;
@@ -122,10 +139,7 @@ async fn two_nodes_down_redlock_acquires_multilock_does_not() {
         }
         other => panic!("expected NoQuorum, got {other:?}"),
     }
-    assert!(
-        keys_left(&servers, NAME).await.is_empty(),
-        "rolled back on the live nodes"
-    );
+    assert_rolled_back(&servers, NAME, "rolled back on the live nodes").await;
 }
 
 #[tokio::test]
@@ -150,10 +164,7 @@ async fn three_nodes_down_redlock_refuses_within_its_budget() {
         matches!(err, Error::NoQuorum(ref q) if q.required == 3),
         "{err:?}"
     );
-    assert!(
-        keys_left(&servers, NAME).await.is_empty(),
-        "the two live nodes were rolled back"
-    );
+    assert_rolled_back(&servers, NAME, "the two live nodes were rolled back").await;
 }
 
 #[tokio::test]
@@ -255,14 +266,8 @@ async fn cancelled_mid_fan_out_leaves_no_key() {
         tokio::time::sleep(Duration::from_micros(cut_us)).await;
         task.abort();
         let _ = task.await;
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while !keys_left(&servers, NAME).await.is_empty() {
-            assert!(
-                Instant::now() < deadline,
-                "keys left after a cut at {cut_us} us"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let why = format!("cut at {cut_us} us");
+        assert_rolled_back(&servers, NAME, &why).await;
     }
 }
 
