@@ -58,7 +58,8 @@ pub struct ClientBuilder {
 impl ClientBuilder {
     /// The lease of locks taken without one, renewed every third of it while
     /// held (default [`DEFAULT_WATCHDOG_TIMEOUT`], 30 s). If the process
-    /// dies, its locks expire after at most this long.
+    /// dies, its locks expire after at most this long. From 3 ms to
+    /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -81,6 +82,11 @@ impl ClientBuilder {
         if self.watchdog_timeout < Duration::from_millis(3) {
             return Err(Error::invalid(
                 "watchdog timeout must be at least 3 ms (it is renewed every third of it)",
+            ));
+        }
+        if self.watchdog_timeout > crate::lease::MAX_LEASE {
+            return Err(Error::invalid(
+                "watchdog timeout must be at most ten years (MAX_LEASE)",
             ));
         }
         Ok(Client {

@@ -27,6 +27,9 @@ pub(crate) struct HeldPart {
     /// When the acquire request was sent: a fixed lease runs at least until
     /// this plus the lease (the server applied the request after it).
     pub(crate) sent_at: Instant,
+    /// When its grant arrived: a fixed lease has surely run out once this
+    /// plus the lease (and drift) is past.
+    replied_at: Instant,
     armed: bool,
 }
 
@@ -46,6 +49,7 @@ impl HeldPart {
             renewal,
             token,
             sent_at,
+            replied_at: Instant::now(),
             armed: true,
         }
     }
@@ -64,9 +68,16 @@ impl HeldPart {
     }
 
     fn release_job(&mut self) -> impl Future<Output = Result<Released>> + Send + 'static + use<> {
-        // A hold the watchdog found gone is over: releasing its field would
-        // lower the count of a later hold by the same owner.
-        let gone = self.renewal.as_ref().is_some_and(Renewal::is_gone);
+        // A hold that is over (the watchdog found it gone, or its fixed lease
+        // surely ran out) is not released: releasing its field would lower
+        // the count of a later hold by the same owner.
+        let gone = match (&self.renewal, self.lease) {
+            (Some(renewal), _) => renewal.is_gone(),
+            (None, Some(lease)) => {
+                Instant::now() >= crate::lease::surely_expired_at(self.replied_at, lease)
+            }
+            (None, None) => false,
+        };
         // Deregistered now, before anything is sent: no renewal may follow.
         let watchdog = self.renewal.take().map(Renewal::stop);
         let lock = self.lock.clone();
@@ -83,6 +94,15 @@ impl HeldPart {
                 watchdog.quiesce().await;
             }
             lock.release_field(&field, lease).await
+        }
+    }
+
+    /// Until when this part surely holds; `None` once known gone.
+    fn trusted_until(&self) -> Option<Instant> {
+        match (&self.renewal, self.lease) {
+            (Some(renewal), _) => renewal.trusted_until(),
+            (None, Some(lease)) => Some(crate::lease::trusted_until(self.sent_at, lease)),
+            (None, None) => None,
         }
     }
 
@@ -249,7 +269,8 @@ impl Guard {
 
     /// The fencing token, when the lock was made with fencing on
     /// ([`Lock::with_fencing`]). Tokens strictly increase across successive
-    /// holders; pass it with every write the lock protects.
+    /// holders (and a re-entrant acquire gets a newer one, as in Redisson);
+    /// pass it with every write the lock protects.
     pub fn fencing_token(&self) -> Option<u64> {
         self.token
     }
@@ -259,9 +280,15 @@ impl Guard {
         &self.owner
     }
 
-    /// The addresses of the nodes held.
+    /// The addresses of the nodes that still surely hold the lock: granted,
+    /// not found gone by the watchdog, and within their lease.
     pub fn nodes(&self) -> Vec<&str> {
-        self.parts.iter().map(HeldPart::node_addr).collect()
+        let now = Instant::now();
+        self.parts
+            .iter()
+            .filter(|p| p.trusted_until().is_some_and(|t| t > now))
+            .map(HeldPart::node_addr)
+            .collect()
     }
 
     /// The lock's name (the first one, for a MultiLock of several names).
@@ -272,11 +299,26 @@ impl Guard {
             .unwrap_or_default()
     }
 
-    /// With a fixed lease, the instant after which the lock may be held by
-    /// someone else: when the (first) acquire request was sent, plus the
-    /// lease, minus an allowance for clock drift. `None` under the watchdog.
+    /// The instant after which the lock may be held by someone else. With a
+    /// fixed lease: when the (first) acquire request was sent, plus the
+    /// lease, minus an allowance for clock drift. Under the watchdog it
+    /// moves forward with every renewal: the latest instant until which a
+    /// quorum of nodes surely still hold (each node's last renewal plus the
+    /// watchdog timeout, less drift). `None` once the watchdog found the lock
+    /// gone on too many nodes.
     pub fn valid_until(&self) -> Option<std::time::Instant> {
-        self.valid_until.map(Instant::into_std)
+        if let Some(fixed) = self.valid_until {
+            return Some(fixed.into_std());
+        }
+        let mut trusted: Vec<Instant> = self
+            .parts
+            .iter()
+            .filter_map(HeldPart::trusted_until)
+            .collect();
+        trusted.sort_unstable_by(|a, b| b.cmp(a));
+        trusted
+            .get(self.quorum.checked_sub(1)?)
+            .map(|t| t.into_std())
     }
 }
 

@@ -9,6 +9,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// The longest lease or watchdog timeout accepted: ten years. Beyond it,
+/// a TTL in milliseconds overflows what Redis can set.
+pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// `started + wait`, or a deadline too far to matter when that overflows
+/// (`Duration::MAX` means "no limit").
+pub(crate) fn deadline(started: Instant, wait: Duration) -> Instant {
+    started
+        .checked_add(wait)
+        .unwrap_or_else(|| started + MAX_LEASE * 3)
+}
+
 /// Clock drift allowed for a lease: 1 % plus 2 ms (the Redlock paper's
 /// allowance for the drift between the processes' clocks).
 pub(crate) fn drift(lease: Duration) -> Duration {
@@ -27,6 +39,13 @@ pub(crate) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
 /// runs.
 pub(crate) fn trusted_until(sent_at: Instant, lease: Duration) -> Instant {
     sent_at + lease.saturating_sub(drift(lease))
+}
+
+/// From when a TTL of `lease`, set by a request whose reply arrived at
+/// `replied_at`, has surely run out (the server applied the request before
+/// it replied).
+pub(crate) fn surely_expired_at(replied_at: Instant, lease: Duration) -> Instant {
+    replied_at + lease + drift(lease)
 }
 
 #[cfg(test)]
@@ -54,5 +73,14 @@ mod tests {
             sent + Duration::from_millis(9898)
         );
         assert_eq!(trusted_until(sent, Duration::from_millis(1)), sent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn surely_expired_adds_the_drift() {
+        let replied = Instant::now();
+        assert_eq!(
+            surely_expired_at(replied, Duration::from_secs(10)),
+            replied + Duration::from_millis(10_102)
+        );
     }
 }

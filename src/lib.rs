@@ -23,6 +23,7 @@ pub use api::DistributedLock;
 pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;
+pub use lease::MAX_LEASE;
 pub use lock::Lock;
 pub use multi::{
     All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,

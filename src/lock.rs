@@ -145,7 +145,7 @@ impl Lock {
         }
     }
 
-    /// This lock with fencing tokens: each first grant INCRs the counter
+    /// This lock with fencing tokens: each grant (re-entries too) INCRs the counter
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
     /// lock) and the guard carries the value ([`Guard::fencing_token`]).
     pub fn with_fencing(&self) -> Lock {
@@ -234,7 +234,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms; otherwise as
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
     /// [`Lock::lock`].
     ///
     /// # Cancel safety
@@ -276,7 +276,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms; otherwise as
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
     /// [`Lock::lock`].
     ///
     /// # Cancel safety
@@ -300,7 +300,7 @@ impl Lock {
     ) -> Result<Option<Guard>> {
         let owner = self.owner();
         let started = Instant::now();
-        let deadline = wait.map(|w| started + w);
+        let deadline = wait.map(|w| crate::lease::deadline(started, w));
         let span = tracing::debug_span!("acquire", lock = %self.inner.name, node = %self.inner.node.addr(), owner = %owner);
         async move {
             let outcome = self.wait_for_grant(&owner, lease, deadline).await;
@@ -405,7 +405,7 @@ impl Lock {
             Ok(AcquireReply::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
             Err(err) => {
                 if let Some(patience) = rollback {
-                    tokio::spawn(roll_back(self.clone(), field, lease, sent.conn, patience));
+                    tokio::spawn(sent.undo.roll_back(self.clone(), field, lease, patience));
                 }
                 Err(err)
             }
@@ -417,7 +417,7 @@ impl Lock {
     async fn send_acquire(self, field: Arc<str>, lease: Option<Duration>) -> SentAcquire {
         let mut sent = SentAcquire {
             reply: Ok(AcquireReply::Taken(None)),
-            conn: None,
+            undo: Undo::default(),
             lock: self,
             field,
             lease,
@@ -459,23 +459,34 @@ impl Lock {
                     })
             }
         };
-        if let (Ok(AcquireReply::Granted(_)), Some((replicas, timeout))) =
-            (&sent.reply, lock.inner.replica_sync)
+        sent.undo.granted = matches!(sent.reply, Ok(AcquireReply::Granted(_)));
+        if let (true, Some((replicas, timeout))) = (sent.undo.granted, lock.inner.replica_sync)
             && let Err(err) = lock
-                .sync_replicas(&mut conn, &sent.field, sent.lease, replicas, timeout)
+                .sync_replicas(
+                    &mut conn,
+                    &mut sent.undo.release,
+                    &sent.field,
+                    sent.lease,
+                    replicas,
+                    timeout,
+                )
                 .await
         {
             sent.reply = Err(err);
         }
-        sent.conn = Some(conn);
+        sent.undo.conn = Some(conn);
         sent
     }
 
     /// `WAIT` for the grant just made on `conn` to reach `replicas`; when it
-    /// does not, release it again (same connection, so in order).
+    /// does not, release it again (same connection, so in order). The
+    /// release is kept in `sent_release`: if its outcome is unknown, the
+    /// rollback resends that very request, whose unlock latch then answers
+    /// for it instead of releasing a second hold.
     async fn sync_replicas(
         &self,
         conn: &mut Conn,
+        sent_release: &mut Option<redis::ScriptInvocation<'static>>,
         field: &str,
         lease: Option<Duration>,
         replicas: u32,
@@ -488,9 +499,15 @@ impl Lock {
         if acknowledged >= replicas {
             return Ok(());
         }
-        let release = self.release_invocation(field, lease);
-        self.traced_release(conn.invoke_patiently(&release, self.inner.node.response_timeout()))
-            .await?;
+        let release = sent_release.insert(self.release_invocation(field, lease));
+        match self
+            .traced_release(conn.invoke_patiently(release, self.inner.node.response_timeout()))
+            .await
+        {
+            // Gone already (its lease ran out during the WAIT): released too.
+            Ok(_) | Err(Error::NotHeld { .. }) => {}
+            Err(err) => return Err(err),
+        }
         Err(Error::ReplicaSync {
             lock: self.inner.name.clone(),
             node: self.inner.node.addr().to_owned(),
@@ -680,6 +697,11 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_millis(1) {
         return Err(Error::invalid("lease must be at least 1 ms"));
     }
+    if lease > crate::lease::MAX_LEASE {
+        return Err(Error::invalid(
+            "lease must be at most ten years (MAX_LEASE)",
+        ));
+    }
     Ok(())
 }
 
@@ -692,8 +714,18 @@ struct SentAcquire {
     lock: Lock,
     field: Arc<str>,
     lease: Option<Duration>,
-    conn: Option<Conn>,
+    undo: Undo,
     reply: Result<AcquireReply>,
+}
+
+/// What a rollback of an acquire goes through: the acquire's own
+/// connection, and a release already sent on it whose outcome is unknown.
+#[derive(Default)]
+struct Undo {
+    /// The acquire itself was granted (whatever came after it).
+    granted: bool,
+    conn: Option<Conn>,
+    release: Option<redis::ScriptInvocation<'static>>,
 }
 
 impl SentAcquire {
@@ -707,6 +739,10 @@ impl SentAcquire {
             Err(err) if err.outcome_unknown() => Some(
                 Duration::from_millis(self.lock.lease_ms(self.lease)).max(node.response_timeout()),
             ),
+            // Granted, then released by the replica check itself.
+            Err(Error::ReplicaSync { .. }) => None,
+            // Granted, then the replica check failed: still held.
+            Err(_) if self.undo.granted => Some(node.response_timeout()),
             _ => None,
         }
     }
@@ -714,30 +750,37 @@ impl SentAcquire {
     /// Nobody takes this reply: undo whatever it may have done.
     async fn settle(self) {
         if let Some(patience) = self.rollback_patience() {
-            roll_back(self.lock, self.field, self.lease, self.conn, patience).await;
+            let lock = self.lock;
+            self.undo
+                .roll_back(lock, self.field, self.lease, patience)
+                .await;
         }
     }
 }
 
-/// Releases an acquire nobody will hold. The release goes on the acquire's
-/// own connection, so it is applied after the acquire even when the node
-/// was paused in between.
-async fn roll_back(
-    lock: Lock,
-    field: Arc<str>,
-    lease: Option<Duration>,
-    conn: Option<Conn>,
-    patience: Duration,
-) {
-    let Some(mut conn) = conn else {
-        return;
-    };
-    let invocation = lock.release_invocation(&field, lease);
-    match lock
-        .traced_release(conn.invoke_patiently(&invocation, patience))
-        .await
-    {
-        Ok(_) | Err(Error::NotHeld { .. }) => {}
-        Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
+impl Undo {
+    /// Releases an acquire nobody will hold. The release goes on the
+    /// acquire's own connection, so it is applied after the acquire even
+    /// when the node was paused in between.
+    async fn roll_back(
+        self,
+        lock: Lock,
+        field: Arc<str>,
+        lease: Option<Duration>,
+        patience: Duration,
+    ) {
+        let Some(mut conn) = self.conn else {
+            return;
+        };
+        let invocation = self
+            .release
+            .unwrap_or_else(|| lock.release_invocation(&field, lease));
+        match lock
+            .traced_release(conn.invoke_patiently(&invocation, patience))
+            .await
+        {
+            Ok(_) | Err(Error::NotHeld { .. }) => {}
+            Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
+        }
     }
 }

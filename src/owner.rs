@@ -44,6 +44,12 @@ impl Owner {
     }
 
     /// The current tokio task, else the current thread.
+    ///
+    /// Tokio reuses the id of a task that has ended. A guard that outlives
+    /// the task that took it (moved into another task, say) keeps that id,
+    /// and a later task given the same id would re-enter its hold: for a
+    /// hold meant to outlive its task, use an explicit owner
+    /// ([`Lock::with_owner`](crate::Lock::with_owner)).
     pub fn current() -> Owner {
         match tokio::task::try_id() {
             Some(task) => Owner(format!("task-{task}").into()),

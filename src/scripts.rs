@@ -60,21 +60,17 @@ return redis.call('pttl', KEYS[1])
 /// Acquire with a fencing token (Redisson's fenced lock).
 ///
 /// KEYS[1] lock key, KEYS[2] token counter. ARGV[1] lease (ms), ARGV[2] field.
-/// Reply: `{1, token}` when granted (the counter is INCRed on a first grant;
-/// a re-entry reads the current value), `{0, pttl}` otherwise.
+/// Reply: `{1, token}` when granted (the counter is INCRed on every grant,
+/// re-entries included, as Redisson's `RedissonFencedLock` does), `{0, pttl}`
+/// otherwise.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 const ACQUIRE_FENCED_LUA: &str = r#"
 local exists = redis.call('exists', KEYS[1])
 if (exists == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local token = redis.call('incr', KEYS[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local token
-    if count == 1 then
-        token = redis.call('incr', KEYS[2])
-    else
-        token = tonumber(redis.call('get', KEYS[2]) or '0')
-    end
     return {1, token}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -247,6 +247,13 @@ impl Renewal {
         self.lost.borrow().gone
     }
 
+    /// Until when the lock surely lives on its node (its last renewal plus
+    /// the lease, less drift); `None` once a renewal found it gone.
+    pub(crate) fn trusted_until(&self) -> Option<Instant> {
+        let standing = *self.lost.borrow();
+        (!standing.gone).then_some(standing.expires)
+    }
+
     /// Stops renewing (the last hold out removes the entry) and returns the
     /// watchdog, whose [`NodeWatchdog::quiesce`] the release must await
     /// before it is sent.

@@ -53,6 +53,28 @@ async fn bad_input_is_rejected_before_sending() {
         .unwrap();
     invalid(red.with_node_timeout(Duration::ZERO));
     invalid(red.lock_with_lease(Duration::ZERO).await);
+    // Leases Redis could not set (PEXPIRE would overflow).
+    let huge = multilock::MAX_LEASE + Duration::from_millis(1);
+    assert!(invalid(lock.lock_with_lease(Duration::MAX).await).contains("lease"));
+    invalid(lock.try_lock_for(Duration::ZERO, Some(huge)).await);
+    invalid(red.lock_with_lease(huge).await);
+    invalid(Client::builder().watchdog_timeout(Duration::MAX).build());
+}
+
+/// A wait of `Duration::MAX` means "no limit", not a panic.
+#[tokio::test]
+async fn an_unbounded_wait_is_accepted() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "unbounded").unwrap();
+    let guard = lock.try_lock_for(Duration::MAX, None).await.unwrap();
+    guard.expect("free").unlock().await.unwrap();
+    let red = client
+        .red_lock_on(std::slice::from_ref(&node), "unbounded")
+        .unwrap();
+    let guard = red.try_lock_for(Duration::MAX, None).await.unwrap();
+    guard.expect("free").unlock().await.unwrap();
 }
 
 #[test]

@@ -44,6 +44,53 @@ async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
     }
 }
 
+/// The hold count of `field` on each node (`None`: no such field).
+async fn counts_on(servers: &[RedisProcess], key: &str, field: &str) -> Vec<Option<u64>> {
+    let mut counts = Vec::new();
+    for s in servers {
+        let mut conn = raw(s).await;
+        counts.push(
+            redis::cmd("HGET")
+                .arg(key)
+                .arg(field)
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+        );
+    }
+    counts
+}
+
+/// EVALSHA calls each server received since `before`.
+async fn scripts_since(
+    servers: &[RedisProcess],
+    before: &[std::collections::HashMap<String, u64>],
+) -> Vec<u64> {
+    let mut sent = Vec::new();
+    for (s, before) in servers.iter().zip(before) {
+        let now = command_calls(s).await;
+        sent.push(delta(before, &now).get("evalsha").copied().unwrap_or(0));
+    }
+    sent
+}
+
+async fn all_command_calls(
+    servers: &[RedisProcess],
+) -> Vec<std::collections::HashMap<String, u64>> {
+    let mut calls = Vec::new();
+    for s in servers {
+        calls.push(command_calls(s).await);
+    }
+    calls
+}
+
+/// One lock+unlock on every node under another name: connections made, so
+/// a node paused afterwards really receives what is sent to it.
+async fn warm(nodes: &[Node]) {
+    let warm = Client::new().multi_lock_on(nodes, "warm-up").unwrap();
+    warm.lock().await.unwrap().unlock().await.unwrap();
+}
+
 #[tokio::test]
 async fn both_work_when_all_nodes_are_up() {
     let servers = servers(5).await;
@@ -61,10 +108,14 @@ async fn both_work_when_all_nodes_are_up() {
         .unwrap();
     assert!(m.valid_until().is_some());
     // Reentrancy of the composite: the count rises on every node.
+    let field = format!("{}:{}", client.id(), g.owner());
+    assert_eq!(counts_on(&servers, NAME, &field).await, vec![Some(1); 5]);
     let g2 = red.lock().await.unwrap();
     assert_eq!(red.hold_count().await.unwrap(), 2);
+    assert_eq!(counts_on(&servers, NAME, &field).await, vec![Some(2); 5]);
     g2.unlock().await.unwrap();
     assert_eq!(red.hold_count().await.unwrap(), 1);
+    assert_eq!(counts_on(&servers, NAME, &field).await, vec![Some(1); 5]);
     g.unlock().await.unwrap();
     m.unlock().await.unwrap();
     assert!(keys_left(&servers, NAME).await.is_empty());
@@ -96,6 +147,75 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     }
     assert_eq!(counter(&servers[0]).await, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
+}
+
+/// The same with MultiLock: 3 clients x 4 tasks x 10 rounds, every node
+/// must grant each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilock_contention_across_clients_keeps_the_counter_exact() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let counter_url = servers[0].url();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let multi = client().multi_lock_on(&nodes, NAME).unwrap();
+        for _ in 0..4 {
+            tasks.push(spawn_counter_task(
+                multi.clone(),
+                counter_url.clone(),
+                10,
+                None,
+            ));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(counter(&servers[0]).await, 3 * 4 * 10);
+    assert!(keys_left(&servers, NAME).await.is_empty());
+}
+
+/// A RedLock waiter is subscribed on every node and takes the lock once the
+/// holder lets go.
+#[tokio::test]
+async fn a_redlock_waiter_listens_on_every_node() {
+    let servers = servers(5).await;
+    let nodes = nodes(&servers);
+    let holder = client().red_lock_on(&nodes, NAME).unwrap();
+    let held = holder
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let waiter = client().red_lock_on(&nodes, NAME).unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .try_lock_for(Duration::from_secs(10), None)
+            .await
+            .unwrap();
+        (guard.is_some(), Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let channel = format!("redisson_lock__channel:{{{NAME}}}");
+    for s in &servers {
+        let mut conn = raw(s).await;
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(subscribers, 1, "the waiter listens on {}", s.url());
+    }
+    assert!(!waiting.is_finished(), "nothing granted while held");
+    let released_at = Instant::now();
+    held.unlock().await.unwrap();
+    let (acquired, at) = waiting.await.unwrap();
+    assert!(acquired);
+    assert!(
+        at - released_at < Duration::from_secs(2),
+        "woken by the release: {:?}",
+        at - released_at
+    );
 }
 
 #[tokio::test]
@@ -176,6 +296,8 @@ async fn a_paused_node_does_not_block_the_majority() {
         .unwrap()
         .with_node_timeout(Duration::from_millis(200))
         .unwrap();
+    warm(&nodes).await;
+    let before = all_command_calls(&servers).await;
     servers[4].pause().await.unwrap();
     let started = Instant::now();
     let guard = red
@@ -198,14 +320,21 @@ async fn a_paused_node_does_not_block_the_majority() {
         keys_left(&servers, NAME).await.is_empty(),
         "no key left, paused node included"
     );
+    // The paused node did get the acquire, and its rollback.
+    let sent = scripts_since(&servers, &before).await;
+    assert!(
+        sent[4] >= 2,
+        "acquire and rollback reached node 4: {sent:?}"
+    );
 }
 
-/// A failed attempt (majority held by someone else) leaves none of our
+/// A failed attempt (the majority held by someone else) leaves none of our
 /// fields anywhere, including on a node that timed out.
 #[tokio::test]
 async fn a_failed_attempt_rolls_back_everywhere() {
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
+    warm(&nodes).await;
     // Someone else holds the lock on nodes 0..3 (a majority).
     let rival = Client::new();
     let mut rival_guards = Vec::new();
@@ -249,6 +378,59 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     drop(rival_guards);
 }
 
+/// A round that can only fail through its per-node timeouts: the rival
+/// holds 2 nodes, 2 more are frozen, 1 grants. The grant is released, and
+/// both frozen nodes, once they answer, are rolled back too.
+#[tokio::test]
+async fn timed_out_nodes_are_rolled_back_when_they_answer() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    warm(&nodes).await;
+    let rival = Client::new();
+    let mut rival_guards = Vec::new();
+    for n in &nodes[..2] {
+        rival_guards.push(
+            rival
+                .lock(n, NAME)
+                .unwrap()
+                .lock_with_lease(Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+    }
+    let before = all_command_calls(&servers).await;
+    servers[3].pause().await.unwrap();
+    servers[4].pause().await.unwrap();
+    let red = client()
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_node_timeout(Duration::from_millis(200))
+        .unwrap();
+    let outcome = red
+        .try_lock_for(Duration::from_millis(100), Some(Duration::from_secs(10)))
+        .await;
+    // 1 grant, 2 taken, 2 timeouts: the round is lost; contention (not
+    // node failures alone) made it so, hence no error.
+    assert!(matches!(outcome, Ok(None)), "{outcome:?}");
+    assert!(
+        !exists(&servers[2], NAME).await,
+        "the one grant was released"
+    );
+    servers[3].unpause().await.unwrap();
+    servers[4].unpause().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while keys_left(&servers, NAME).await != vec![0, 1] {
+        assert!(Instant::now() < deadline, "frozen nodes not rolled back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = scripts_since(&servers, &before).await;
+    assert!(
+        sent[3] >= 2 && sent[4] >= 2,
+        "acquire and rollback reached both frozen nodes: {sent:?}"
+    );
+    drop(rival_guards);
+}
+
 /// Dropping the acquire future in the middle of the fan-out: after the
 /// background rollback, no key is left.
 #[tokio::test]
@@ -269,6 +451,34 @@ async fn cancelled_mid_fan_out_leaves_no_key() {
         let why = format!("cut at {cut_us} us");
         assert_rolled_back(&servers, NAME, &why).await;
     }
+}
+
+/// The cut that surely lands mid-fan-out: four nodes have granted and the
+/// round still waits for a frozen fifth. Dropped there, the grants are
+/// released at once and the frozen node is rolled back when it resumes.
+#[tokio::test]
+async fn cancelled_while_waiting_for_a_frozen_node_leaves_no_key() {
+    let mut servers = servers(5).await;
+    let nodes = nodes(&servers);
+    warm(&nodes).await;
+    let red = client()
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_node_timeout(Duration::from_secs(5))
+        .unwrap();
+    servers[4].pause().await.unwrap();
+    let acquire = tokio::spawn(async move { red.lock_with_lease(Duration::from_secs(60)).await });
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while keys_left(&servers[..4], NAME).await != vec![0, 1, 2, 3] {
+        assert!(Instant::now() < deadline, "the four live nodes grant");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!acquire.is_finished(), "still waiting for the frozen node");
+    acquire.abort();
+    assert!(acquire.await.unwrap_err().is_cancelled());
+    assert_rolled_back(&servers[..4], NAME, "grants released after the cut").await;
+    servers[4].unpause().await.unwrap();
+    assert_rolled_back(&servers, NAME, "the frozen node rolled back").await;
 }
 
 #[tokio::test]
@@ -303,7 +513,26 @@ async fn lost_fires_below_quorum_only() {
     tokio::time::timeout(WATCHDOG * 3, guard.lost())
         .await
         .expect("lost() once below quorum");
-    let _ = guard.unlock().await; // releases what is left, reports no quorum
+    // Unlock releases what is left and reports that a quorum was not
+    // released, naming the nodes where the lock was gone.
+    match guard.unlock().await {
+        Err(Error::NoQuorum(q)) => {
+            assert_eq!((q.succeeded, q.required), (2, 3), "{q}");
+            for s in &servers[..3] {
+                let addr = format!("127.0.0.1:{}", s.port());
+                let failure = q.failures.iter().find(|f| f.node == addr);
+                assert!(
+                    matches!(
+                        failure.map(|f| &f.cause),
+                        Some(multilock::FailureCause::Failed(Error::NotHeld { .. }))
+                    ),
+                    "{addr} named as not held: {q}"
+                );
+            }
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
 /// Fencing tokens strictly increase over 1,000 acquisitions by several

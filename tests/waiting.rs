@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use multilock::Client;
+use multilock::testkit::TestServer;
 
 #[tokio::test]
 async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
@@ -112,13 +113,22 @@ async fn cancelled_while_waiting_leaves_nothing() {
     take_and_release(&third, Duration::ZERO, "the cancelled waiter holds nothing").await;
 }
 
+/// A client whose locks would outlive every bound of these tests if a
+/// cancelled acquire leaked one: only a rollback frees them in time.
+fn long_watchdog_client() -> Client {
+    Client::builder()
+        .watchdog_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
 /// Cut acquires off at every point, including right after the grant: the
 /// lock is never left held beyond the rollback.
 #[tokio::test]
 async fn cancelled_at_any_point_leaves_nothing() {
     let server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "cancel-grant").unwrap();
+    let lock = long_watchdog_client().lock(&node, "cancel-grant").unwrap();
     let other = Client::new().lock(&node, "cancel-grant").unwrap();
     for cut_after_us in [0u64, 20, 50, 100, 200, 300, 500, 800, 1200, 2000, 5000] {
         let attempt = lock.clone();
@@ -132,7 +142,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         task.abort();
         let _ = task.await;
         let why = format!("lock left held after a cut at {cut_after_us} us");
-        take_and_release(&other, Duration::from_secs(3), &why).await;
+        take_and_release(&other, Duration::from_secs(1), &why).await;
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
@@ -140,11 +150,42 @@ async fn cancelled_at_any_point_leaves_nothing() {
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
         take_and_release(
             &other,
-            Duration::from_secs(3),
+            Duration::from_secs(1),
             "the rollback released the abandoned grant",
         )
         .await;
     }
+}
+
+/// The cut that surely lands after the request left: the server is frozen,
+/// the acquire is dropped while its request waits there, and the server
+/// then grants it. The grant is released in the background at once, not
+/// after its 60 s lease.
+#[tokio::test]
+async fn an_acquire_dropped_at_a_frozen_server_is_rolled_back() {
+    let mut server = server().await;
+    let node = node(&server);
+    let lock = long_watchdog_client().lock(&node, "cancel-frozen").unwrap();
+    let other = Client::new().lock(&node, "cancel-frozen").unwrap();
+    // Warm: the connection exists, so the request really reaches the socket.
+    take_and_release(&lock, Duration::ZERO, "free at first").await;
+    let before = command_calls(&server).await;
+
+    server.pause().await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(200), lock.lock()).await;
+    assert!(cut.is_err(), "nothing can be granted by a frozen server");
+    server.unpause().await.unwrap();
+
+    take_and_release(
+        &other,
+        Duration::from_secs(2),
+        "the late grant was rolled back",
+    )
+    .await;
+    let sent = delta(&before, &command_calls(&server).await);
+    // The dropped acquire did reach the server (and was undone): two
+    // scripts from it (acquire, rollback), two from `take_and_release`.
+    assert!(sent.get("evalsha").copied().unwrap_or(0) >= 4, "{sent:?}");
 }
 
 #[tokio::test]

@@ -242,3 +242,38 @@ async fn a_lost_guard_leaves_a_later_hold_of_its_owner_alone() {
     assert!(lock.is_locked().await.unwrap(), "and still renewed");
     new.unlock().await.unwrap();
 }
+
+/// A guard whose fixed lease has surely run out sends no release: its owner
+/// took the lock again since, and that later hold must survive the stale
+/// guard's unlock (or drop).
+#[tokio::test]
+async fn an_expired_lease_guard_leaves_a_later_hold_alone() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client()
+        .lock(&node, "stale-lease")
+        .unwrap()
+        .with_owner(multilock::Owner::new("worker").unwrap());
+    let stale = lock
+        .lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let current = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "a fresh hold, not a re-entry"
+    );
+    assert!(matches!(
+        stale.unlock().await,
+        Err(multilock::Error::NotHeld { .. })
+    ));
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the later hold survives"
+    );
+    current.unlock().await.unwrap();
+    assert!(!exists(&server, "stale-lease").await);
+}

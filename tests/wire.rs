@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
-use multilock::testkit::scripts;
+use multilock::testkit::{TestServer, scripts};
 
 /// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
 /// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.
@@ -151,20 +151,61 @@ async fn lock_and_unlock_cost_two_script_calls() {
     }
     let after = command_calls(&server).await;
     let mut delta = delta(&before, &after);
-    // Our own INFO call shows up once, and the scripts' inner commands are
-    // counted by commandstats too: keep only what came over the wire.
+    // Our own INFO call shows up once.
     delta.remove("info");
-    for inner in [
-        "exists", "hexists", "hincrby", "pexpire", "del", "publish", "get", "set",
-    ] {
-        delta.remove(inner);
-    }
     assert_eq!(
         delta.remove("evalsha"),
         Some(20),
         "two EVALSHA per lock+unlock"
     );
+    // commandstats also counts the commands the scripts run; each must be
+    // exactly what the two scripts do, so none of them came over the wire
+    // on its own. Acquire: EXISTS, HINCRBY, PEXPIRE. Release: GET (latch),
+    // HEXISTS, HINCRBY, DEL, PUBLISH, SET (latch).
+    for (inner, per_cycle) in [
+        ("exists", 1),
+        ("hexists", 1),
+        ("hincrby", 2),
+        ("pexpire", 1),
+        ("get", 1),
+        ("del", 1),
+        ("publish", 1),
+        ("set", 1),
+    ] {
+        assert_eq!(delta.remove(inner), Some(10 * per_cycle), "{inner}");
+    }
     assert!(delta.is_empty(), "nothing else on the wire: {delta:?}");
+}
+
+/// A release whose reply is lost (the server froze past the response
+/// timeout) is retried with the same request id, so the unlock reports the
+/// release that happened, not a false "not held".
+#[tokio::test]
+async fn an_unlock_retried_after_a_timeout_reports_the_first_result() {
+    let mut server = server().await;
+    let node = node(&server); // response timeout 500 ms
+    let lock = client().lock(&node, "retried").unwrap();
+    // Scripts loaded, so the counts below are the release's alone.
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let before = command_calls(&server).await;
+
+    server.pause().await.unwrap();
+    let unlocking = tokio::spawn(guard.unlock());
+    // Past the response timeout: the first release timed out and the retry
+    // waits behind it.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.unpause().await.unwrap();
+
+    let outcome = unlocking.await.unwrap();
+    assert!(
+        outcome.is_ok(),
+        "the retry reports the first release: {outcome:?}"
+    );
+    assert!(!exists(&server, "retried").await);
+    let sent = delta(&before, &command_calls(&server).await);
+    assert_eq!(sent.get("evalsha"), Some(&2), "sent twice: {sent:?}");
+    assert_eq!(sent.get("del"), Some(&1), "applied once: {sent:?}");
 }
 
 /// Each script's hash is what `SCRIPT LOAD` returns for its source.
@@ -235,4 +276,38 @@ async fn a_retried_release_returns_its_first_result() {
         matches!(guard.unlock().await, Err(multilock::Error::NotHeld { .. })),
         "released underneath"
     );
+}
+
+/// Single-node fencing is Redisson's fenced lock: the counter
+/// `redisson_lock_token:{name}` is INCRed by every grant (re-entries
+/// included), and each guard carries the value it got.
+#[tokio::test]
+async fn single_node_fencing_tokens_follow_redisson() {
+    let server = server().await;
+    let node = node(&server);
+    let first = client().lock(&node, "fenced").unwrap().with_fencing();
+    let second = client().lock(&node, "fenced").unwrap().with_fencing();
+    let counter = || async {
+        let mut conn = raw(&server).await;
+        redis::cmd("GET")
+            .arg("redisson_lock_token:{fenced}")
+            .query_async::<u64>(&mut conn)
+            .await
+            .unwrap()
+    };
+    let g1 = first.lock().await.unwrap();
+    assert_eq!(g1.fencing_token(), Some(1));
+    let reentered = first.lock().await.unwrap();
+    assert_eq!(reentered.fencing_token(), Some(2), "a re-entry INCRs too");
+    assert_eq!(counter().await, 2);
+    reentered.unlock().await.unwrap();
+    g1.unlock().await.unwrap();
+    let g2 = second.lock().await.unwrap();
+    assert_eq!(g2.fencing_token(), Some(3), "the next holder's is higher");
+    assert_eq!(counter().await, 3);
+    g2.unlock().await.unwrap();
+    // Unfenced locks carry no token and leave the counter alone.
+    let plain = client().lock(&node, "fenced").unwrap();
+    assert_eq!(plain.lock().await.unwrap().fencing_token(), None);
+    assert_eq!(counter().await, 3);
 }

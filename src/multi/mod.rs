@@ -129,8 +129,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 
     /// This lock with a different per-node timeout for each acquire request
-    /// (default [`DEFAULT_NODE_TIMEOUT`]; with a lease, never more than a
-    /// tenth of it). A node slower than this counts as not granting, and
+    /// (default [`DEFAULT_NODE_TIMEOUT`]; never more than a tenth of the
+    /// lease, or of the watchdog timeout when the watchdog renews). A node slower than this counts as not granting, and
     /// whatever it did is rolled back.
     ///
     /// # Errors
@@ -188,7 +188,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms.
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE).
     ///
     /// # Cancel safety
     ///
@@ -232,7 +232,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms; [`Error::NoQuorum`]
+    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); [`Error::NoQuorum`]
     /// when, at the end of the wait, so many nodes failed that the quorum
     /// could not be reached (with each node and its error).
     ///
@@ -253,7 +253,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     async fn acquire(&self, wait: Duration, lease: Option<Duration>) -> Result<Option<Guard>> {
         let owner = self.owner();
         let started = Instant::now();
-        let deadline = started + wait;
+        let deadline = crate::lease::deadline(started, wait);
         let span = tracing::debug_span!(
             "acquire",
             kind = P::NAME,
@@ -290,6 +290,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if Instant::now() >= deadline {
             return self.give_up(lost);
         }
+        back_off_after_split(&lost, deadline).await;
         // Subscribed before the next round, so a release during it wakes us.
         let patience = self.node_timeout.min(deadline - Instant::now());
         let subscriptions = join_all(
@@ -314,6 +315,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             let now = Instant::now();
             if now >= deadline {
                 return self.give_up(lost);
+            }
+            if lost.granted > 0 {
+                back_off_after_split(&lost, deadline).await;
+                continue;
             }
             let nap = policy::retry_delay().min(deadline - now);
             let any_release = futures::future::select_all(wakes.iter_mut().map(|w| w.as_mut()));
@@ -355,13 +360,12 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let n = self.locks.len();
         let required = self.quorum();
         let validity_lease = lease.unwrap_or_else(|| self.locks[0].client().watchdog_timeout());
-        let node_timeout = match lease {
-            Some(lease) => self
-                .node_timeout
-                .min(lease / 10)
-                .max(Duration::from_millis(1)),
-            None => self.node_timeout,
-        };
+        // Small next to the lease the validity is measured against, whether
+        // given or the watchdog's.
+        let node_timeout = self
+            .node_timeout
+            .min(validity_lease / 10)
+            .max(Duration::from_millis(1));
 
         // 1. Fan out to every node at once, each under its own timeout. A
         //    request cut off (by its timeout, or because the round is over)
@@ -422,7 +426,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     match self.settle_token(&parts, node_timeout).await {
                         Some(token) => Some(token),
                         None => {
-                            return Err(LostRound::released(parts, failures).await);
+                            return Err(LostRound::released(parts, failures, node_timeout).await);
                         }
                     }
                 } else {
@@ -448,7 +452,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
 
         // 4. No: release every grant, concurrently.
-        Err(LostRound::released(parts, failures).await)
+        Err(LostRound::released(parts, failures, node_timeout).await)
     }
 
     /// The token of a fenced round: the highest INCR among the grants, then
@@ -617,15 +621,36 @@ struct LostRound {
     failures: Vec<NodeFailure>,
 }
 
+/// After a round that won some nodes but not the quorum (a split vote),
+/// sleep a jittered delay, deaf to unlock messages: our own rollback has
+/// just published them, and contenders that split the nodes must not retry
+/// in lockstep.
+async fn back_off_after_split(lost: &LostRound, deadline: Instant) {
+    if lost.granted > 0 {
+        let nap = policy::retry_delay().min(deadline.saturating_duration_since(Instant::now()));
+        tokio::time::sleep(nap).await;
+    }
+}
+
 impl LostRound {
-    /// Releases every grant at once; failures are logged (each part's lease
-    /// bounds the damage). Finishes in the background if dropped.
-    async fn released(parts: Vec<HeldPart>, failures: Vec<NodeFailure>) -> LostRound {
+    /// Releases every grant at once, waiting at most `patience` (the
+    /// per-node timeout) so a stalled node cannot stretch the caller's wait;
+    /// releases still under way then finish in the background. Failures are
+    /// logged (each part's lease bounds the damage).
+    async fn released(
+        parts: Vec<HeldPart>,
+        failures: Vec<NodeFailure>,
+        patience: Duration,
+    ) -> LostRound {
         let granted = parts.len();
-        for result in join_all(parts.into_iter().map(HeldPart::release)).await {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "rollback release failed");
+        let releases = join_all(parts.into_iter().map(HeldPart::release));
+        match tokio::time::timeout(patience, releases).await {
+            Ok(results) => {
+                for err in results.into_iter().filter_map(Result::err) {
+                    tracing::debug!(error = %err, "rollback release failed");
+                }
             }
+            Err(_) => tracing::debug!("rollback still under way; finishing in the background"),
         }
         LostRound { granted, failures }
     }

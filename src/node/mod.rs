@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool::Runtime;
-use deadpool::managed::{PoolError, Timeouts};
+// Configuration types through deadpool-redis, the facade that pins the deadpool
+// and redis versions this pool is built for.
+use deadpool::managed::PoolError;
+use deadpool_redis::{Runtime, Timeouts};
 use redis::{ConnectionAddr, FromRedisValue, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
@@ -356,8 +358,9 @@ pub(crate) fn redact_url(url: &str) -> String {
         return "<unparsable URL>".to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    // The last `@` anywhere, not just in the authority: a password holding
+    // `/`, `?` or `#` must not end the search early and leak.
+    match rest.rfind('@') {
         Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
         None => url.to_owned(),
     }
@@ -372,15 +375,25 @@ mod tests {
         assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact_url("redis://:p@ss@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact_url("redis://u:pa#ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://u:p/w?x@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact_url("nonsense"), "<unparsable URL>");
     }
 
     #[test]
     fn bad_urls_are_typed_errors_without_secrets() {
-        for url in ["", "http://h:1", "redis://:hunter2@h:notaport", "redis://"] {
-            let err = Node::new(url).unwrap_err();
+        for url in [
+            "",
+            "http://h:1",
+            "redis://:hunter2@h:notaport",
+            "redis://",
+            "redis://u:hun#ter2@h:1",
+        ] {
+            let builder = Node::builder(url);
+            assert!(!format!("{builder:?}").contains("ter2"), "{builder:?}");
+            let Err(err) = builder.build() else { continue };
             assert!(matches!(err, Error::InvalidArgument(_)), "{url}: {err}");
-            assert!(!err.to_string().contains("hunter2"), "{err}");
+            assert!(!err.to_string().contains("ter2"), "{err}");
         }
         assert!(Node::builder("redis://h:1").pool_size(0).build().is_err());
         let err = Node::builder("redis://h:1")

@@ -82,7 +82,7 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> Has
         .collect()
 }
 
-/// Read, yield, write: an increment that loses updates if two holders
+/// Read, sleep, write: an increment that loses updates if two holders
 /// ever overlap. The counter the contention tests guard with a lock.
 pub async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
     let value: Option<u64> = redis::cmd("GET")
@@ -90,7 +90,7 @@ pub async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
         .query_async(conn)
         .await
         .unwrap();
-    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
     redis::cmd("SET")
         .arg("counter")
         .arg(value.unwrap_or(0) + 1)
