@@ -17,7 +17,11 @@
 #
 # Usage: docker/build-local-image.sh
 # Env:
-#   MULTILOCK_REDIS_IMAGE   image tag to build (default: multilock-redis:local)
+#   MULTILOCK_LOCAL_IMAGE   image tag to build (default: multilock-redis:local).
+#                           Not MULTILOCK_REDIS_IMAGE: that one names the image the
+#                           tests and compose files *use* (it may be redis:7), and
+#                           building must never overwrite it.
+#                           A tag that exists without this script's label is refused.
 #   REDIS_SERVER_BIN        redis-server to package (default: `command -v redis-server`)
 #   MULTILOCK_FORCE_BUILD=1 rebuild even if the image is up to date
 #   MULTILOCK_SKIP_VERIFY=1 skip the post-build smoke test
@@ -26,7 +30,7 @@
 # its inputs; when it matches, the build is skipped.
 set -euo pipefail
 
-IMAGE="${MULTILOCK_REDIS_IMAGE:-multilock-redis:local}"
+IMAGE="${MULTILOCK_LOCAL_IMAGE:-multilock-redis:local}"
 
 log() { printf '[build-local-image] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -117,6 +121,11 @@ FINGERPRINT="$(
 )"
 
 CURRENT="$(docker image inspect --format '{{ index .Config.Labels "org.multilock.redis.fingerprint" }}' "$IMAGE" 2>/dev/null || true)"
+# An image of that tag that this script did not build (redis:7, the user's own):
+# never overwrite it.
+if [[ -z "$CURRENT" || "$CURRENT" == "<no value>" ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+    die "$IMAGE exists and was not built by this script; set MULTILOCK_LOCAL_IMAGE to another tag"
+fi
 
 if [[ "$CURRENT" == "$FINGERPRINT" && "${MULTILOCK_FORCE_BUILD:-0}" != "1" ]]; then
     log "$IMAGE is up to date ($("$REDIS_BIN" --version | awk '{print $3}'))"

@@ -72,17 +72,21 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Failover,
+    TwoDown,
     Paused,
     Restart,
+    DelayedRestart,
     CutOff,
     Stall,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 7] = [
         Scenario::Failover,
+        Scenario::TwoDown,
         Scenario::Paused,
         Scenario::Restart,
+        Scenario::DelayedRestart,
         Scenario::CutOff,
         Scenario::Stall,
     ];
@@ -90,8 +94,10 @@ impl Scenario {
     fn title(self) -> &'static str {
         match self {
             Scenario::Failover => "master dies, replica lagging",
+            Scenario::TwoDown => "two nodes die",
             Scenario::Paused => "a node freezes (paused)",
             Scenario::Restart => "a node restarts empty",
+            Scenario::DelayedRestart => "restart delayed past lease",
             Scenario::CutOff => "holder cut off (watchdog)",
             Scenario::Stall => "holder stalls past lease",
         }
@@ -427,6 +433,9 @@ enum Exclusion {
     /// Two clients believed they held the lock, but the stale one's write
     /// was rejected by its fencing token.
     Fenced,
+    /// A never got the lock (refused, say, by replica sync): nothing to
+    /// keep, and not to be mistaken for "kept".
+    Refused,
 }
 
 struct Outcome {
@@ -505,6 +514,7 @@ async fn contest(
     after: Duration,
 ) -> Outcome {
     let phase_1 = run.now();
+    let a_held = a.is_some();
     if let Some(guard) = try_until(b, while_held, Some(LEASE)).await {
         // Both believe they hold the lock: B works, then both let go.
         let latency = run.now() - phase_1;
@@ -515,8 +525,10 @@ async fn contest(
         return Outcome {
             exclusion: if overlap(&run.timeline) {
                 Exclusion::Lost
-            } else {
+            } else if a_held {
                 Exclusion::Kept
+            } else {
+                Exclusion::Refused
             },
             available: true,
             time_to_acquire: Some(latency),
@@ -534,7 +546,11 @@ async fn contest(
         b_works(run, guard).await;
     }
     Outcome {
-        exclusion: Exclusion::Kept,
+        exclusion: if a_held {
+            Exclusion::Kept
+        } else {
+            Exclusion::Refused
+        },
         available,
         time_to_acquire,
     }
@@ -612,6 +628,26 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Op
                 .await
             }
         }
+        Scenario::TwoDown => {
+            // Single: the primary and its replica; the others: two masters.
+            let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
+            t.servers[0].kill().await?;
+            t.servers[1].kill().await?;
+            run.mark(if kind.is_single() {
+                "primary and replica killed"
+            } else {
+                "nodes 1 and 2 killed"
+            });
+            let b = t.lock(&b_client);
+            contest(
+                run,
+                a,
+                &b,
+                Duration::from_millis(1500),
+                Duration::from_secs(2),
+            )
+            .await
+        }
         Scenario::Paused => {
             let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
             t.servers[0].pause().await?;
@@ -662,6 +698,47 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Op
             });
             let b = t.lock(&b_client);
             contest(run, a, &b, Duration::from_secs(3), Duration::from_secs(2)).await
+        }
+        Scenario::DelayedRestart => {
+            // As "restarts empty", but the node stays down for longer than
+            // the lease before it returns: the remedy.
+            let a = if kind == Kind::Red {
+                t.servers[3].pause().await?;
+                t.servers[4].pause().await?;
+                let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
+                t.servers[3].unpause().await?;
+                t.servers[4].unpause().await?;
+                run.mark("A holds 3 of 5");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                a
+            } else {
+                take(run, &t.lock(&a_client), Some(LEASE)).await
+            };
+            t.servers[0].kill().await?;
+            run.mark("node 1 down");
+            let b = t.lock(&b_client);
+            let backend = t.backend;
+            let node = &mut t.servers[0];
+            let delayed_restart = async {
+                tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+                node.restart().await?;
+                if kind.is_single() && backend == Backend::Processes {
+                    tune_primary(&node.url()).await?;
+                }
+                io::Result::Ok(())
+            };
+            let (outcome, restarted) = tokio::join!(
+                contest(
+                    run,
+                    a,
+                    &b,
+                    LEASE + Duration::from_secs(2),
+                    Duration::from_secs(2)
+                ),
+                delayed_restart
+            );
+            restarted?;
+            outcome
         }
         Scenario::CutOff => {
             if t.backend == Backend::Processes {
@@ -812,6 +889,7 @@ fn cell_text(cell: &Cell) -> String {
                 Exclusion::Kept => "kept",
                 Exclusion::Lost => "LOST",
                 Exclusion::Fenced => "fenced",
+                Exclusion::Refused => "A refused",
             };
             let available = if o.available { "yes" } else { "no" };
             let time = o
@@ -847,7 +925,8 @@ fn print_table(results: &[(Scenario, Vec<Cell>)]) {
     println!("{out}");
     println!(
         "cells: mutual exclusion (kept / LOST: two holders at once / fenced: two holders, the \
-         stale write rejected by its fencing token) / lock available to the second client / its \
+         stale write rejected by its fencing token / A refused: the first client never got it) \
+         / lock available to the second client / its \
          time to acquire (while the first held it, or after the first let go)"
     );
     for (scenario, cells) in results {
@@ -1055,7 +1134,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
     print_table(&results);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/failure_modes.svg");
+    let path = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("failure_modes.svg");
     std::fs::create_dir_all(path.parent().expect("in target/"))?;
     std::fs::write(&path, svg(&results, backend))?;
     println!(

@@ -130,6 +130,16 @@ impl Client {
 
     /// A single-node reentrant lock named `name` on `node`. Nothing is sent.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let node = Node::new("redis://127.0.0.1:6379")?;
+    /// let lock = Client::new().lock(&node, "orders:42")?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when `name` is empty.
@@ -140,6 +150,18 @@ impl Client {
     /// A lock that every one of `locks` must grant. The locks may be on the
     /// same or different nodes and have different names (to lock several
     /// resources at once).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let client = Client::new();
+    /// let node = Node::new("redis://127.0.0.1:6379")?;
+    /// // Two resources at once, all or nothing.
+    /// let both = client.multi_lock(vec![client.lock(&node, "a")?, client.lock(&node, "b")?])?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -152,6 +174,21 @@ impl Client {
     /// A lock that a majority (N/2+1) of `locks` must grant. Each lock must be
     /// on a different node: the quorum assumes independent masters.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let client = Client::new();
+    /// let locks = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+    ///     .iter()
+    ///     .map(|url| client.lock(&Node::new(url)?, "orders:42"))
+    ///     .collect::<multilock::Result<Vec<_>>>()?;
+    /// let red = client.red_lock(locks)?;
+    /// assert_eq!(red.quorum(), 2);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when `locks` is empty, two locks share a
@@ -161,6 +198,19 @@ impl Client {
     }
 
     /// A RedLock with the same `name` on each of `nodes`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+    ///     .iter()
+    ///     .map(|url| Node::new(url))
+    ///     .collect::<multilock::Result<Vec<_>>>()?;
+    /// let red = Client::new().red_lock_on(&nodes, "orders:42")?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -174,6 +224,19 @@ impl Client {
     }
 
     /// A MultiLock with the same `name` on each of `nodes`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"]
+    ///     .iter()
+    ///     .map(|url| Node::new(url))
+    ///     .collect::<multilock::Result<Vec<_>>>()?;
+    /// let multi = Client::new().multi_lock_on(&nodes, "orders:42")?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

@@ -193,7 +193,26 @@ impl Guard {
     ///
     /// Renewal stops before anything is sent, so no renewal outlives the
     /// unlock. A multi-node lock releases every node concurrently and
-    /// succeeds when a quorum of them released.
+    /// succeeds when a quorum of them released. A part already known to be
+    /// over (the watchdog found it gone, or its fixed lease has surely run
+    /// out) sends nothing and counts as [`Error::NotHeld`]: releasing its
+    /// field could lower a later hold of the same owner. (The one case this
+    /// misjudges: a re-entrant acquire with a longer lease extended the key;
+    /// the outer guard then reports `NotHeld` and the key lives until that
+    /// longer lease ends.)
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// match guard.unlock().await {
+    ///     Ok(()) => {}
+    ///     Err(multilock::Error::NotHeld { .. }) => { /* it had expired or was taken away */ }
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -252,6 +271,19 @@ impl Guard {
     /// confirmed for a whole watchdog timeout (the node is unreachable: the
     /// key may have expired there), or when its fixed lease ran out; for a
     /// multi-node lock, as soon as the nodes still held fall below the quorum.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => { /* stop writing: the lock may be someone else's */ }
+    ///     _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     ///

@@ -138,6 +138,20 @@ impl Lock {
     /// This handle bound to an explicit owner: every acquire through it holds
     /// for `owner`, whatever task runs it. For sharing a hold between tasks or
     /// handing it over.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use multilock::Owner;
+    /// let job = lock.with_owner(Owner::new("job-17")?);
+    /// let guard = job.lock().await?;
+    /// // Another task, same owner: re-enters instead of waiting.
+    /// let again = tokio::spawn(async move { job.lock().await }).await.unwrap()?;
+    /// again.unlock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_owner(&self, owner: Owner) -> Lock {
         Lock {
             inner: self.inner.clone(),
@@ -148,6 +162,18 @@ impl Lock {
     /// This lock with fencing tokens: each grant (re-entries too) INCRs the counter
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
     /// lock) and the guard carries the value ([`Guard::fencing_token`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let fenced = lock.with_fencing();
+    /// let guard = fenced.lock().await?;
+    /// let token = guard.fencing_token().expect("fencing is on");
+    /// // Send `token` with every write; the store refuses tokens lower than seen.
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn with_fencing(&self) -> Lock {
         self.rebuilt(|inner| inner.token_key = Some(scripts::token_key(&inner.name)))
     }
@@ -216,6 +242,16 @@ impl Lock {
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
     /// renews the lock while the guard lives.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;     // renewed by the watchdog while held
+    /// // ... the critical section ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
@@ -231,6 +267,16 @@ impl Lock {
     /// Acquires, waiting as long as it takes, with a fixed lease (no
     /// watchdog): the lock expires `lease` after it was granted unless
     /// released before.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -256,6 +302,17 @@ impl Lock {
     /// One attempt, no waiting. `None` when someone else holds the lock.
     /// Without a lease, so the watchdog renews it.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// match lock.try_lock().await? {
+    ///     Some(guard) => guard.unlock().await?,
+    ///     None => { /* someone else holds it */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Lock::lock`].
@@ -273,6 +330,18 @@ impl Lock {
     /// Waiting is driven by the unlock message on the lock's channel; each
     /// wait also ends after the holder's remaining TTL, so a lost message
     /// costs at most one TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let wait = Duration::from_secs(2);
+    /// if let Some(guard) = lock.try_lock_for(wait, Some(Duration::from_secs(10))).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -593,6 +662,15 @@ impl Lock {
     /// Deletes the lock whoever holds it, and wakes its waiters. Returns
     /// whether it was held.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let was_held = lock.force_unlock().await?;
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
@@ -611,6 +689,16 @@ impl Lock {
 
     /// Whether anyone holds the lock.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_locked().await?);
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
@@ -626,6 +714,16 @@ impl Lock {
     }
 
     /// Whether the owner of this handle (see [`Lock::owner`]) holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_held_by_current_owner().await?);
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -643,6 +741,18 @@ impl Lock {
     }
 
     /// How many times the owner of this handle holds the lock (0 when not).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let outer = lock.lock().await?;
+    /// let inner = lock.lock().await?;            // the same task re-enters
+    /// assert_eq!(lock.hold_count().await?, 2);
+    /// inner.unlock().await?;
+    /// outer.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -663,6 +773,17 @@ impl Lock {
 
     /// The lock's remaining time to live; `None` when it is not held (or has
     /// no expiry).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+    /// assert!(lock.remaining_ttl().await?.unwrap() <= Duration::from_secs(10));
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

@@ -172,6 +172,15 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// repeated; node failures are logged and retried. Without a lease, each
     /// node's part is renewed by its node's watchdog.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// let guard = red.lock().await?;      // a majority of the nodes, renewed
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Only for bad input; node failures are retried.
@@ -185,6 +194,17 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 
     /// As [`QuorumLock::lock`], with a fixed lease on every node.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = red.lock_with_lease(Duration::from_secs(10)).await?;
+    /// println!("valid until {:?}", guard.valid_until());
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -214,6 +234,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// One round, no waiting. `None` when the quorum was not granted.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// if let Some(guard) = red.try_lock().await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when so many nodes failed (rather than being
@@ -229,6 +259,20 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// Rounds until granted or `wait` is spent; `lease` fixes the lease,
     /// `None` lets the watchdogs renew. Between rounds it waits for an
     /// unlock message from any node, or a jittered delay.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// match red.try_lock_for(Duration::from_secs(3), Some(Duration::from_secs(10))).await {
+    ///     Ok(Some(guard)) => guard.unlock().await?,
+    ///     Ok(None) => { /* contended for the whole wait */ }
+    ///     Err(multilock::Error::NoQuorum(q)) => eprintln!("nodes down: {q}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -475,6 +519,15 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// Deletes the lock on every node, whoever holds it. Returns whether it
     /// was held on a quorum of nodes.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// red.force_unlock().await?;
+    /// assert!(!red.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when more nodes failed than the policy tolerates.
@@ -492,6 +545,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// Whether a quorum of the parts is held by anyone.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// let locked = red.is_locked().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when more nodes failed than the policy tolerates.
@@ -507,6 +568,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 
     /// Whether the owner of this handle holds a quorum of the parts.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// let guard = red.lock().await?;
+    /// assert!(red.is_held_by_current_owner().await?);
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -529,6 +600,18 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// How many times the owner of this handle holds the lock: the count
     /// that a quorum of parts has at least.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// let outer = red.lock().await?;
+    /// let inner = red.lock().await?;
+    /// assert_eq!(red.hold_count().await?, 2);
+    /// inner.unlock().await?;
+    /// outer.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when more nodes failed than the policy tolerates.
@@ -549,6 +632,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// The remaining time to live that a quorum of parts has at least;
     /// `None` when a quorum is not held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// let ttl = red.remaining_ttl().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

@@ -737,8 +737,24 @@ impl RedisContainer {
 }
 
 impl TestServer for RedisContainer {
+    async fn start() -> io::Result<Self> {
+        RedisContainer::start().await
+    }
+
+    async fn start_many(n: usize) -> io::Result<Vec<Self>> {
+        RedisContainer::start_many(n).await
+    }
+
+    async fn rm(self) -> io::Result<()> {
+        RedisContainer::rm(self).await
+    }
+
     fn url(&self) -> String {
         self.url_from(Side::A)
+    }
+
+    fn is_running(&self) -> bool {
+        RedisContainer::is_running(self)
     }
 
     /// `docker kill` (unpausing first, as Docker requires): the data is

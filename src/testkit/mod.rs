@@ -37,9 +37,23 @@ pub use process::RedisProcess;
 /// Each fault is one request to the OS or to Docker (a restart: a removal,
 /// then a start): if its future is dropped it may or may not have been
 /// applied, and the server is in whatever state that left.
-pub trait TestServer: Send {
+pub trait TestServer: Send + Sized {
+    /// Starts one server, empty, and returns once it answers PING.
+    fn start() -> impl Future<Output = io::Result<Self>> + Send;
+
+    /// Starts `n` independent servers at once.
+    fn start_many(n: usize) -> impl Future<Output = io::Result<Vec<Self>>> + Send;
+
+    /// Stops the server for good and frees what it used (the process, or
+    /// the container and the networks no other server shares). Dropping the
+    /// handle does the same, best effort.
+    fn rm(self) -> impl Future<Output = io::Result<()>> + Send;
+
     /// `redis://host:port` reaching the server from this process.
     fn url(&self) -> String;
+
+    /// Whether the server runs (it may be paused or partitioned).
+    fn is_running(&self) -> bool;
 
     /// Stops the server at once (SIGKILL / container kill): its data is lost
     /// and connections are refused until [`TestServer::restart`].

@@ -142,8 +142,24 @@ impl RedisProcess {
 }
 
 impl TestServer for RedisProcess {
+    async fn start() -> io::Result<Self> {
+        RedisProcess::start().await
+    }
+
+    async fn start_many(n: usize) -> io::Result<Vec<Self>> {
+        RedisProcess::start_many(n).await
+    }
+
+    async fn rm(mut self) -> io::Result<()> {
+        self.kill_now()
+    }
+
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn is_running(&self) -> bool {
+        RedisProcess::is_running(self)
     }
 
     async fn kill(&mut self) -> io::Result<()> {
