@@ -590,6 +590,37 @@ async fn take(run: &mut Run, lock: &AnyLock, lease: Option<Duration>) -> Option<
     }
 }
 
+/// A takes the lock with the scenario lease. A RedLock gets a bare
+/// majority: two of its nodes are frozen while it acquires, so losing one
+/// of the three it holds matters.
+async fn take_bare_majority(
+    t: &mut Topology,
+    run: &mut Run,
+    a_client: &Client,
+) -> io::Result<Option<Held>> {
+    if t.kind != Kind::Red {
+        return Ok(take(run, &t.lock(a_client), Some(LEASE)).await);
+    }
+    t.servers[3].pause().await?;
+    t.servers[4].pause().await?;
+    let a = take(run, &t.lock(a_client), Some(LEASE)).await;
+    t.servers[3].unpause().await?;
+    t.servers[4].unpause().await?;
+    run.mark("A holds 3 of 5");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(a)
+}
+
+/// Restarts `server` empty; a process primary gets its replication
+/// settings back.
+async fn restart_empty(server: &mut Server, kind: Kind, backend: Backend) -> io::Result<()> {
+    server.restart().await?;
+    if kind.is_single() && backend == Backend::Processes {
+        tune_primary(&server.url()).await?;
+    }
+    Ok(())
+}
+
 async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Option<Outcome>> {
     let a_client = client(WATCHDOG);
     let b_client = client(WATCHDOG);
@@ -669,28 +700,9 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Op
             outcome
         }
         Scenario::Restart => {
-            let restarted = if kind == Kind::Red {
-                // The holder gets a bare majority: two nodes are slow while
-                // it acquires.
-                t.servers[3].pause().await?;
-                t.servers[4].pause().await?;
-                let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
-                t.servers[3].unpause().await?;
-                t.servers[4].unpause().await?;
-                run.mark("A holds 3 of 5");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                (a, 0)
-            } else {
-                (
-                    take(run, &t.lock(&a_client), Some(LEASE)).await,
-                    if kind == Kind::Multi { 1 } else { 0 },
-                )
-            };
-            let (a, index) = restarted;
-            t.servers[index].restart().await?;
-            if kind.is_single() && t.backend == Backend::Processes {
-                tune_primary(&t.servers[0].url()).await?;
-            }
+            let a = take_bare_majority(t, run, &a_client).await?;
+            let index = if kind == Kind::Multi { 1 } else { 0 };
+            restart_empty(&mut t.servers[index], kind, t.backend).await?;
             run.mark(if kind.is_single() {
                 "primary restarted empty"
             } else {
@@ -702,18 +714,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Op
         Scenario::DelayedRestart => {
             // As "restarts empty", but the node stays down for longer than
             // the lease before it returns: the remedy.
-            let a = if kind == Kind::Red {
-                t.servers[3].pause().await?;
-                t.servers[4].pause().await?;
-                let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
-                t.servers[3].unpause().await?;
-                t.servers[4].unpause().await?;
-                run.mark("A holds 3 of 5");
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                a
-            } else {
-                take(run, &t.lock(&a_client), Some(LEASE)).await
-            };
+            let a = take_bare_majority(t, run, &a_client).await?;
             t.servers[0].kill().await?;
             run.mark("node 1 down");
             let b = t.lock(&b_client);
@@ -721,11 +722,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Op
             let node = &mut t.servers[0];
             let delayed_restart = async {
                 tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
-                node.restart().await?;
-                if kind.is_single() && backend == Backend::Processes {
-                    tune_primary(&node.url()).await?;
-                }
-                io::Result::Ok(())
+                restart_empty(node, kind, backend).await
             };
             let (outcome, restarted) = tokio::join!(
                 contest(

@@ -84,6 +84,23 @@ async fn all_command_calls(
     calls
 }
 
+/// Another client takes the lock on each of `nodes` (30 s lease).
+async fn rival_holds(nodes: &[Node]) -> Vec<multilock::Guard> {
+    let rival = Client::new();
+    let mut guards = Vec::new();
+    for n in nodes {
+        guards.push(
+            rival
+                .lock(n, NAME)
+                .unwrap()
+                .lock_with_lease(Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+    }
+    guards
+}
+
 /// One lock+unlock on every node under another name: connections made, so
 /// a node paused afterwards really receives what is sent to it.
 async fn warm(nodes: &[Node]) {
@@ -336,18 +353,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     let nodes = nodes(&servers);
     warm(&nodes).await;
     // Someone else holds the lock on nodes 0..3 (a majority).
-    let rival = Client::new();
-    let mut rival_guards = Vec::new();
-    for n in &nodes[..3] {
-        rival_guards.push(
-            rival
-                .lock(n, NAME)
-                .unwrap()
-                .lock_with_lease(Duration::from_secs(30))
-                .await
-                .unwrap(),
-        );
-    }
+    let rival_guards = rival_holds(&nodes[..3]).await;
     servers[4].pause().await.unwrap();
     let client = client();
     let red = client
@@ -386,18 +392,7 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
     warm(&nodes).await;
-    let rival = Client::new();
-    let mut rival_guards = Vec::new();
-    for n in &nodes[..2] {
-        rival_guards.push(
-            rival
-                .lock(n, NAME)
-                .unwrap()
-                .lock_with_lease(Duration::from_secs(30))
-                .await
-                .unwrap(),
-        );
-    }
+    let rival_guards = rival_holds(&nodes[..2]).await;
     let before = all_command_calls(&servers).await;
     servers[3].pause().await.unwrap();
     servers[4].pause().await.unwrap();

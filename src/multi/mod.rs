@@ -334,7 +334,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if Instant::now() >= deadline {
             return self.give_up(lost);
         }
-        back_off_after_split(&lost, deadline).await;
+        let _ = back_off_after_split(&lost, deadline).await;
         // Subscribed before the next round, so a release during it wakes us.
         let patience = self.node_timeout.min(deadline - Instant::now());
         let subscriptions = join_all(
@@ -360,8 +360,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             if now >= deadline {
                 return self.give_up(lost);
             }
-            if lost.granted > 0 {
-                back_off_after_split(&lost, deadline).await;
+            if back_off_after_split(&lost, deadline).await {
                 continue;
             }
             let nap = policy::retry_delay().min(deadline - now);
@@ -715,12 +714,14 @@ struct LostRound {
 /// After a round that won some nodes but not the quorum (a split vote),
 /// sleep a jittered delay, deaf to unlock messages: our own rollback has
 /// just published them, and contenders that split the nodes must not retry
-/// in lockstep.
-async fn back_off_after_split(lost: &LostRound, deadline: Instant) {
-    if lost.granted > 0 {
-        let nap = policy::retry_delay().min(deadline.saturating_duration_since(Instant::now()));
-        tokio::time::sleep(nap).await;
+/// in lockstep. Returns whether it slept.
+async fn back_off_after_split(lost: &LostRound, deadline: Instant) -> bool {
+    if lost.granted == 0 {
+        return false;
     }
+    let nap = policy::retry_delay().min(deadline.saturating_duration_since(Instant::now()));
+    tokio::time::sleep(nap).await;
+    true
 }
 
 impl LostRound {
