@@ -100,7 +100,7 @@ async fn tls_end_to_end() {
             "--tls-key-file".into(),
             key_arg.clone(),
             "--tls-ca-cert-file".into(),
-            cert_arg,
+            cert_arg.clone(),
             "--tls-auth-clients".into(),
             "no".into(),
             "--requirepass".into(),

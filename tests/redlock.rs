@@ -27,18 +27,27 @@ async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
     left
 }
 
-/// Waits (up to 3 s) until no node holds `key`: requests that a failed
+/// Waits (up to 5 s) until no node holds `key`: requests that a failed
 /// round stopped waiting for are rolled back in the background.
 async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
+    wait_until_keys_left(servers, key, &[], why).await;
+}
+
+/// Waits (up to 5 s) until exactly the nodes `expected` hold [`NAME`].
+async fn wait_for_keys_on(servers: &[RedisProcess], expected: &[usize], why: &str) {
+    wait_until_keys_left(servers, NAME, expected, why).await;
+}
+
+async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[usize], why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let left = keys_left(servers, key).await;
-        if left.is_empty() {
+        if left == expected {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{why}: keys left on nodes {left:?}"
+            "{why}: keys left on nodes {left:?}, expected {expected:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -211,17 +220,27 @@ async fn a_redlock_waiter_listens_on_every_node() {
             .unwrap();
         (guard.is_some(), Instant::now())
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let channel = format!("redisson_lock__channel:{{{NAME}}}");
     for s in &servers {
         let mut conn = raw(s).await;
-        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert_eq!(subscribers, 1, "the waiter listens on {}", s.url());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if subscribers == 1 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the waiter listens on {}: {subscribers} subscribers",
+                s.url()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     assert!(!waiting.is_finished(), "nothing granted while held");
     let released_at = Instant::now();
@@ -304,6 +323,8 @@ async fn three_nodes_down_redlock_refuses_within_its_budget() {
     assert_rolled_back(&servers, NAME, "the two live nodes were rolled back").await;
 }
 
+/// A frozen node costs a round its per-node timeout, not the wait budget;
+/// once it resumes, the acquire it applied late is rolled back.
 #[tokio::test]
 async fn a_paused_node_does_not_block_the_majority() {
     let mut servers = servers(5).await;
@@ -311,33 +332,35 @@ async fn a_paused_node_does_not_block_the_majority() {
     let red = client()
         .red_lock_on(&nodes, NAME)
         .unwrap()
-        .with_node_timeout(Duration::from_millis(200))
+        .with_node_timeout(Duration::from_millis(500))
         .unwrap();
     warm(&nodes).await;
     let before = all_command_calls(&servers).await;
     servers[4].pause().await.unwrap();
     let started = Instant::now();
     let guard = red
-        .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10)))
+        .try_lock_for(Duration::from_secs(10), Some(Duration::from_secs(30)))
         .await
         .unwrap()
-        .expect("4 of 5");
+        .expect("a majority of the live nodes");
     assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "within the per-node timeout: {:?}",
+        started.elapsed() < Duration::from_secs(5),
+        "within the per-node timeout, not the 10 s budget: {:?}",
         started.elapsed()
     );
-    assert_eq!(guard.nodes().len(), 4);
+    // Usually all 4 live nodes; a live node slower than 500 ms on a loaded
+    // machine is rolled back like the frozen one.
+    let granted = guard.nodes();
+    assert!(granted.len() >= 3, "{granted:?}");
+    assert!(
+        !granted.contains(&nodes[4].addr()),
+        "{granted:?} includes the frozen node"
+    );
     servers[4].unpause().await.unwrap();
     guard.unlock().await.unwrap();
     // The paused node applied the acquire when it resumed; the rollback on
     // the same connection follows it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        keys_left(&servers, NAME).await.is_empty(),
-        "no key left, paused node included"
-    );
-    // The paused node did get the acquire, and its rollback.
+    assert_rolled_back(&servers, NAME, "no key left, paused node included").await;
     let sent = scripts_since(&servers, &before).await;
     assert!(
         sent[4] >= 2,
@@ -368,10 +391,9 @@ async fn a_failed_attempt_rolls_back_everywhere() {
             .is_none()
     );
     servers[4].unpause().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     // Node 3 was granted and rolled back; node 4 timed out and was rolled
     // back once it answered; nodes 0..3 keep only the rival's field.
-    assert_eq!(keys_left(&servers, NAME).await, vec![0, 1, 2]);
+    wait_for_keys_on(&servers, &[0, 1, 2], "the failed attempt rolled back").await;
     for s in &servers[..3] {
         let mut conn = raw(s).await;
         let n: u64 = redis::cmd("HLEN")
@@ -413,11 +435,7 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
     );
     servers[3].unpause().await.unwrap();
     servers[4].unpause().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while keys_left(&servers, NAME).await != vec![0, 1] {
-        assert!(Instant::now() < deadline, "frozen nodes not rolled back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_keys_on(&servers, &[0, 1], "frozen nodes rolled back").await;
     let sent = scripts_since(&servers, &before).await;
     assert!(
         sent[3] >= 2 && sent[4] >= 2,

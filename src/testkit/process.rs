@@ -1,9 +1,11 @@
 //! The process backend: `redis-server` on free loopback ports.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::TestServer;
@@ -19,7 +21,7 @@ fn server_binary() -> String {
 /// comes back empty, as a master that lost its data.
 #[derive(Debug)]
 pub struct RedisProcess {
-    port: u16,
+    port: ReservedPort,
     dir: PathBuf,
     extra_args: Vec<String>,
     child: Option<Child>,
@@ -27,7 +29,7 @@ pub struct RedisProcess {
 }
 
 impl RedisProcess {
-    /// Starts a server on a free port and waits until it answers PING.
+    /// Starts a server on a free port and waits until it listens there.
     ///
     /// # Errors
     ///
@@ -42,32 +44,45 @@ impl RedisProcess {
 
     /// Starts a server with extra arguments, made from the port it will
     /// listen on: an ACL user, or TLS on that port instead of plain TCP
-    /// (`--port 0 --tls-port <port> ...`). Later arguments override earlier
-    /// ones. Waits until the port accepts connections.
+    /// (`--port 0 --tls-port <port> ...`), called again for each port tried.
+    /// Later arguments override earlier ones. Waits until the server itself
+    /// listens on the port: a port no other server of this process holds,
+    /// and, when another program takes it first, the next free one.
     ///
     /// # Errors
     ///
-    /// When `redis-server` cannot be run or does not listen within 10 s.
+    /// When `redis-server` cannot be run, does not listen within 10 s, or
+    /// finds its port taken five times in a row.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future kills a server it already started.
-    pub async fn start_with_args(
-        extra: impl FnOnce(u16) -> Vec<String>,
-    ) -> io::Result<RedisProcess> {
-        let port = free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("multilock-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let mut server = RedisProcess {
-            port,
-            dir,
-            extra_args: extra(port),
-            child: None,
-            paused: false,
-        };
-        server.spawn().await?;
-        Ok(server)
+    pub async fn start_with_args(extra: impl Fn(u16) -> Vec<String>) -> io::Result<RedisProcess> {
+        let mut last_error = None;
+        // Another process may take the port between our probe and the
+        // server's bind; the server then exits and we try another port.
+        for _ in 0..START_ATTEMPTS {
+            let port = ReservedPort::new()?;
+            let dir = std::env::temp_dir().join(format!(
+                "multilock-redis-{}-{}",
+                port.0,
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir)?;
+            let mut server = RedisProcess {
+                extra_args: extra(port.0),
+                port,
+                dir,
+                child: None,
+                paused: false,
+            };
+            match server.spawn().await {
+                Ok(()) => return Ok(server),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("no port")))
     }
 
     /// Starts `n` servers concurrently.
@@ -85,7 +100,7 @@ impl RedisProcess {
 
     /// The port the server listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.port.0
     }
 
     /// The process id, while it runs.
@@ -100,7 +115,7 @@ impl RedisProcess {
 
     async fn spawn(&mut self) -> io::Result<()> {
         let child = Command::new(server_binary())
-            .args(["--port", &self.port.to_string()])
+            .args(["--port", &self.port.0.to_string()])
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -112,9 +127,9 @@ impl RedisProcess {
             .map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot run {}: {e}", server_binary()))
             })?;
-        self.child = Some(child);
         self.paused = false;
-        wait_until_listening(self.port, Duration::from_secs(10)).await
+        let child = self.child.insert(child);
+        wait_until_listening(child, self.port.0, Duration::from_secs(10)).await
     }
 
     fn signal(&self, signal: &str) -> io::Result<()> {
@@ -155,7 +170,7 @@ impl TestServer for RedisProcess {
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://127.0.0.1:{}", self.port.0)
     }
 
     fn is_running(&self) -> bool {
@@ -202,28 +217,99 @@ impl Drop for RedisProcess {
     }
 }
 
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+/// How many ports [`RedisProcess::start`] tries before giving up.
+const START_ATTEMPTS: usize = 5;
 
-/// Polls the port until it accepts connections: a Redis server listens once
-/// it is ready (no data to load here), whatever it then requires (a
-/// password, TLS).
-async fn wait_until_listening(port: u16, limit: Duration) -> io::Result<()> {
-    let started = Instant::now();
-    loop {
-        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            Ok(_) => return Ok(()),
-            Err(_) if started.elapsed() > limit => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("redis-server on port {port} did not listen within {limit:?}"),
-                ));
+/// Ports held by this process's servers, from start to drop, restarts
+/// included: the kernel may hand a port out again as soon as its server is
+/// killed, and two tests of one binary must never share a server.
+static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A free loopback port, reserved in this process until dropped.
+#[derive(Debug)]
+struct ReservedPort(u16);
+
+impl ReservedPort {
+    fn new() -> io::Result<ReservedPort> {
+        let mut reserved = RESERVED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            if reserved.insert(port) {
+                return Ok(ReservedPort(port));
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }
 }
+
+impl Drop for ReservedPort {
+    fn drop(&mut self) {
+        RESERVED_PORTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.0);
+    }
+}
+
+/// Polls until `child` listens on `port`: a Redis server listens once it is
+/// ready (no data to load here), whatever it then requires (a password,
+/// TLS). Fails with [`io::ErrorKind::AddrInUse`] when the child exits first,
+/// as a server does when someone else holds the port, and never takes
+/// another process's listener for the child's.
+async fn wait_until_listening(child: &mut Child, port: u16, limit: Duration) -> io::Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("redis-server on port {port} exited at start ({status}); port taken?"),
+            ));
+        }
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+            && listens_on(child.id(), port)?
+        {
+            return Ok(());
+        }
+        if started.elapsed() > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("redis-server on port {port} did not listen within {limit:?}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether process `pid` owns the listening socket on loopback `port`:
+/// the socket's inode from `/proc/net/tcp`, among the process's open files.
+#[cfg(target_os = "linux")]
+fn listens_on(pid: u32, port: u16) -> io::Result<bool> {
+    const LISTEN: &str = "0A";
+    let local = format!("0100007F:{port:04X}");
+    let table = std::fs::read_to_string("/proc/net/tcp")?;
+    let Some(inode) = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&LISTEN))
+            .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+            .flatten()
+    }) else {
+        return Ok(false);
+    };
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        if std::fs::read_link(fd?.path()).is_ok_and(|target| target.as_os_str() == inode.as_str()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Elsewhere, a listener is taken as the child's while the child runs.
+#[cfg(not(target_os = "linux"))]
+fn listens_on(_pid: u32, _port: u16) -> io::Result<bool> {
+    Ok(true)
+}
+
 /// Polls PING until the server answers.
 pub(crate) async fn wait_until_ready(url: &str, limit: Duration) -> io::Result<()> {
     let client = redis::Client::open(url).map_err(io::Error::other)?;
@@ -243,5 +329,46 @@ pub(crate) async fn wait_until_ready(url: &str, limit: Duration) -> io::Result<(
             }
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that cannot bind because another program holds its port is
+    /// reported as such, even though the port accepts connections.
+    #[tokio::test]
+    async fn a_taken_port_is_not_mistaken_for_the_server() {
+        let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = squatter.local_addr().unwrap().port();
+        let mut child = Command::new(server_binary())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let err = wait_until_listening(&mut child, port, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Servers of one process never share a port, restarts included.
+    #[tokio::test]
+    async fn servers_get_distinct_ports_that_survive_restarts() {
+        let mut servers = RedisProcess::start_many(8).await.unwrap();
+        let port = servers[0].port();
+        servers[0].restart().await.unwrap();
+        assert_eq!(servers[0].port(), port);
+        let mut ports: Vec<u16> = servers.iter().map(RedisProcess::port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 8);
+        let reserved = RESERVED_PORTS.lock().unwrap();
+        assert!(ports.iter().all(|p| reserved.contains(p)));
     }
 }
