@@ -24,10 +24,14 @@ async fn down_then_back() {
     assert!(err.is_node_unavailable(), "{err:?}");
 
     server.restart().await.unwrap();
-    // The pool drops broken connections and makes new ones.
+    // The pool drops broken connections and makes new ones. A long lease:
+    // a waiter not woken by pub/sub would wait for all of it.
     let deadline = Instant::now() + Duration::from_secs(5);
     let guard = loop {
-        match lock.try_lock().await {
+        match lock
+            .try_lock_for(Duration::ZERO, Some(Duration::from_secs(30)))
+            .await
+        {
             Ok(Some(guard)) => break guard,
             Ok(None) => panic!("nobody else holds it"),
             Err(err) if Instant::now() < deadline => {
@@ -47,7 +51,7 @@ async fn down_then_back() {
         got.unlock().await.unwrap();
         at
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_listeners(&server, "phoenix", 1).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -55,8 +59,8 @@ async fn down_then_back() {
         .unwrap()
         .unwrap();
     assert!(
-        granted - released < Duration::from_millis(500),
-        "woken by pub/sub after the restart: {:?}",
+        granted - released < Duration::from_secs(3),
+        "woken by pub/sub after the restart, not the 30 s lease: {:?}",
         granted - released
     );
 }
@@ -77,7 +81,7 @@ async fn waiters_survive_a_lost_subscription() {
             .await;
         (Instant::now(), got)
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_listeners(&server, "survivor", 1).await;
     let mut conn = raw(&server).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -88,23 +92,7 @@ async fn waiters_survive_a_lost_subscription() {
         .unwrap();
     assert_eq!(killed, 1, "one subscription connection for the node");
     // Resubscribed within its backoff.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let subscribed: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{survivor}")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if subscribed[0].1 == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the subscription did not come back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_listeners(&server, "survivor", 1).await;
     assert!(!waiter.is_finished(), "the waiter still waits");
     let released = Instant::now();
     holder.unlock().await.unwrap();
@@ -114,8 +102,8 @@ async fn waiters_survive_a_lost_subscription() {
         .unwrap();
     got.unwrap().expect("granted").unlock().await.unwrap();
     assert!(
-        granted - released < Duration::from_millis(500),
-        "woken by pub/sub: {:?}",
+        granted - released < Duration::from_secs(3),
+        "woken by pub/sub, not the 30 s lease: {:?}",
         granted - released
     );
 }
@@ -137,7 +125,7 @@ async fn waiters_through_a_restart_end_promptly() {
             .try_lock_for(Duration::from_secs(60), Some(Duration::from_secs(5)))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_listeners(&server, "restarted", 1).await;
     server.restart().await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await

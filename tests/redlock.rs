@@ -220,27 +220,8 @@ async fn a_redlock_waiter_listens_on_every_node() {
             .unwrap();
         (guard.is_some(), Instant::now())
     });
-    let channel = format!("redisson_lock__channel:{{{NAME}}}");
     for s in &servers {
-        let mut conn = raw(s).await;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            if subscribers == 1 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the waiter listens on {}: {subscribers} subscribers",
-                s.url()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_listeners(s, NAME, 1).await;
     }
     assert!(!waiting.is_finished(), "nothing granted while held");
     let released_at = Instant::now();

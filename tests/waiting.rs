@@ -142,7 +142,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         task.abort();
         let _ = task.await;
         let why = format!("lock left held after a cut at {cut_after_us} us");
-        take_and_release(&other, Duration::from_secs(1), &why).await;
+        take_and_release(&other, Duration::from_secs(5), &why).await;
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
@@ -150,7 +150,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
         take_and_release(
             &other,
-            Duration::from_secs(1),
+            Duration::from_secs(5),
             "the rollback released the abandoned grant",
         )
         .await;
@@ -178,7 +178,7 @@ async fn an_acquire_dropped_at_a_frozen_server_is_rolled_back() {
 
     take_and_release(
         &other,
-        Duration::from_secs(2),
+        Duration::from_secs(5),
         "the late grant was rolled back",
     )
     .await;
@@ -197,7 +197,7 @@ async fn dropping_a_guard_releases_it() {
     drop(lock.lock().await.unwrap());
     take_and_release(
         &other,
-        Duration::from_secs(2),
+        Duration::from_secs(5),
         "a dropped guard is released in the background",
     )
     .await;
@@ -240,7 +240,9 @@ async fn waiters_share_one_subscription_connection() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..20 {
+        wait_for_listeners(&server, &format!("shared:{i}"), 1).await;
+    }
     let mut conn = raw(&server).await;
     let pubsub: String = redis::cmd("CLIENT")
         .arg("LIST")

@@ -170,3 +170,28 @@ pub fn init_tracing() {
 pub async fn server_url_of(server: &RedisProcess) -> String {
     server.url()
 }
+
+/// Waits (up to 5 s) until `count` connections listen on the unlock channel
+/// of lock `name` on `server`: a waiter has subscribed, or (0) has left.
+pub async fn wait_for_listeners(server: &RedisProcess, name: &str, count: u64) {
+    let mut conn = raw(server).await;
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if listeners == count {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{listeners} listeners on {channel} at {}, expected {count}",
+            server.url()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
