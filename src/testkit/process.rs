@@ -296,12 +296,14 @@ fn listens_on(pid: u32, port: u16) -> io::Result<bool> {
     }) else {
         return Ok(false);
     };
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        if std::fs::read_link(fd?.path()).is_ok_and(|target| target.as_os_str() == inode.as_str()) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    // A child that has just exited has no open files to list: not ours, and
+    // the caller's next `try_wait` tells why.
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Ok(false);
+    };
+    Ok(fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == inode.as_str())
+    }))
 }
 
 /// Elsewhere, a listener is taken as the child's while the child runs.
