@@ -329,6 +329,7 @@ async fn red_lock_keeps_one_holder_while_two_of_five_masters_fail() {
     let counter = Arc::new(AtomicU64::new(0));
     let entries = Arc::new(AtomicU64::new(0));
     let entries_after_faults = Arc::new(AtomicU64::new(0));
+    let empty_after_faults = Arc::new(AtomicU64::new(0));
     let faults_done = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
 
@@ -338,19 +339,27 @@ async fn red_lock_keeps_one_holder_while_two_of_five_masters_fail() {
         let red = client.red_lock_on(&nodes_of(&servers), "ledger").unwrap();
         for _ in 0..TASKS_PER_CLIENT {
             let red = red.clone();
-            let (inside, overlaps, counter, entries, entries_after_faults, faults_done) = (
+            let (inside, overlaps, counter, entries) = (
                 inside.clone(),
                 overlaps.clone(),
                 counter.clone(),
                 entries.clone(),
+            );
+            let (entries_after_faults, empty_after_faults, faults_done) = (
                 entries_after_faults.clone(),
+                empty_after_faults.clone(),
                 faults_done.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 while started.elapsed() < RUN {
                     let guard = match red.try_lock_for(Duration::from_secs(1), Some(LEASE)).await {
                         Ok(Some(guard)) => guard,
-                        Ok(None) | Err(Error::NoQuorum(_)) => continue,
+                        Ok(None) | Err(Error::NoQuorum(_)) => {
+                            if faults_done.load(Ordering::SeqCst) {
+                                empty_after_faults.fetch_add(1, Ordering::SeqCst);
+                            }
+                            continue;
+                        }
                         Err(err) => panic!("unexpected error: {err}"),
                     };
                     if inside.swap(true, Ordering::SeqCst) {
@@ -398,7 +407,9 @@ async fn red_lock_keeps_one_holder_while_two_of_five_masters_fail() {
     let after_faults = entries_after_faults.load(Ordering::SeqCst);
     assert!(
         after_faults > 0,
-        "no critical section with two masters down ({entries} in all)"
+        "no critical section with two masters down ({entries} in all; {} waits \
+         came back empty since)",
+        empty_after_faults.load(Ordering::SeqCst)
     );
     // With the contention over, the three must grant at once.
     let available = client()

@@ -258,7 +258,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// Rounds until granted or `wait` is spent; `lease` fixes the lease,
     /// `None` lets the watchdogs renew. Between rounds it waits for an
-    /// unlock message from any node, or a jittered delay.
+    /// unlock message from any node (then a random fraction of a round
+    /// trip, so that waiters woken together do not split the nodes), or a
+    /// jittered delay.
     ///
     /// # Examples
     ///
@@ -365,9 +367,12 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             }
             let nap = policy::retry_delay().min(deadline - now);
             let any_release = futures::future::select_all(wakes.iter_mut().map(|w| w.as_mut()));
-            tokio::select! {
-                _ = any_release => {}
-                _ = tokio::time::sleep(nap) => {}
+            let woken = tokio::select! {
+                _ = any_release => true,
+                _ = tokio::time::sleep(nap) => false,
+            };
+            if woken {
+                stagger_after_wake(&lost, deadline).await;
             }
         }
     }
@@ -469,7 +474,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     match self.settle_token(&parts, node_timeout).await {
                         Some(token) => Some(token),
                         None => {
-                            return Err(LostRound::released(parts, failures, node_timeout).await);
+                            return Err(LostRound::released(
+                                parts,
+                                failures,
+                                elapsed,
+                                node_timeout,
+                            )
+                            .await);
                         }
                     }
                 } else {
@@ -495,7 +506,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
 
         // 4. No: release every grant, concurrently.
-        Err(LostRound::released(parts, failures, node_timeout).await)
+        Err(LostRound::released(parts, failures, elapsed, node_timeout).await)
     }
 
     /// The token of a fenced round: the highest INCR among the grants, then
@@ -705,10 +716,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 }
 
 /// A round that did not win: how many nodes granted (all released since),
-/// and what the others said.
+/// what the others said, and how long the fan-out took.
 struct LostRound {
     granted: usize,
     failures: Vec<NodeFailure>,
+    elapsed: Duration,
 }
 
 /// After a round that won some nodes but not the quorum (a split vote),
@@ -724,6 +736,22 @@ async fn back_off_after_split(lost: &LostRound, deadline: Instant) -> bool {
     true
 }
 
+/// After an unlock message, before the next round: a random part of twice
+/// the last round's duration (at most [`policy::MAX_STAGGER`]). One release
+/// wakes every waiter of the lock, in every process, at the same moment;
+/// firing together they would split the nodes between them, and each split
+/// costs a whole round (a per-node timeout, when a node is down). Staggered
+/// by about a round trip, the first to fire usually finds every node free,
+/// and the others find them taken and fail fast, holding nothing. A single
+/// node needs none of this: Redis itself orders the contenders.
+async fn stagger_after_wake(lost: &LostRound, deadline: Instant) {
+    let spread = (lost.elapsed * 2).min(policy::MAX_STAGGER);
+    let nap = spread
+        .mul_f64(rand::random::<f64>())
+        .min(deadline.saturating_duration_since(Instant::now()));
+    tokio::time::sleep(nap).await;
+}
+
 impl LostRound {
     /// Releases every grant at once, waiting at most `patience` (the
     /// per-node timeout) so a stalled node cannot stretch the caller's wait;
@@ -732,6 +760,7 @@ impl LostRound {
     async fn released(
         parts: Vec<HeldPart>,
         failures: Vec<NodeFailure>,
+        elapsed: Duration,
         patience: Duration,
     ) -> LostRound {
         let granted = parts.len();
@@ -744,7 +773,11 @@ impl LostRound {
             }
             Err(_) => tracing::debug!("rollback still under way; finishing in the background"),
         }
-        LostRound { granted, failures }
+        LostRound {
+            granted,
+            failures,
+            elapsed,
+        }
     }
 }
 

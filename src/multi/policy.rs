@@ -99,6 +99,10 @@ pub(crate) fn default_budget(parts: usize) -> Duration {
     Duration::from_millis(1500) * parts as u32
 }
 
+/// The longest a woken multi-node waiter staggers its next round; see
+/// `stagger_after_wake`.
+pub(crate) const MAX_STAGGER: Duration = Duration::from_millis(50);
+
 /// A jittered pause between rounds, so competing clients that split the
 /// nodes between them do not retry in lockstep.
 pub(crate) fn retry_delay() -> Duration {
