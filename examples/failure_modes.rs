@@ -213,6 +213,20 @@ async fn wait_replica_in_sync(url: &str) -> io::Result<()> {
     }
 }
 
+/// Waits until the replica acknowledges a write to the primary at `url`:
+/// its link being up is not enough, the primary must count it for `WAIT`,
+/// or the first `WAIT 1` of a scenario is refused for a reason no scenario
+/// is about.
+async fn wait_replica_acks(url: &str) -> io::Result<()> {
+    let _: () = command(url, redis::cmd("SET").arg("replica-warm-up").arg(1)).await?;
+    let acked: u64 = command(url, redis::cmd("WAIT").arg(1).arg(1500)).await?;
+    if acked == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::other("the replica does not acknowledge writes"))
+    }
+}
+
 /// The servers of one lock type: for the single kinds a primary and its
 /// replica; else 3 or 5 independent masters.
 struct Topology {
@@ -258,6 +272,9 @@ impl Topology {
                     .collect()
             }
         };
+        if kind.is_single() {
+            wait_replica_acks(&servers[0].url()).await?;
+        }
         Ok(Topology {
             kind,
             backend,
