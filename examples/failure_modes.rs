@@ -25,7 +25,9 @@ use std::fmt::Write as _;
 use std::io;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{RedisContainer, RedisProcess, ReplicatedPair, Side, TestServer};
+use multilock::testkit::{
+    RedisContainer, RedisProcess, ReplicatedPair, Side, TestServer, wait_replica_acks,
+};
 use multilock::{Client, Error, Guard, Lock, MultiLock, Node, RedLock};
 
 /// Per-request timeouts of every node.
@@ -198,35 +200,6 @@ async fn tune_primary(url: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits until the replica at `url` reports its link up.
-async fn wait_replica_in_sync(url: &str) -> io::Result<()> {
-    let started = Instant::now();
-    loop {
-        let info: String = command(url, redis::cmd("INFO").arg("replication")).await?;
-        if info.lines().any(|l| l.trim() == "master_link_status:up") {
-            return Ok(());
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            return Err(io::Error::other("the replica did not sync"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the replica acknowledges a write to the primary at `url`:
-/// its link being up is not enough, the primary must count it for `WAIT`,
-/// or the first `WAIT 1` of a scenario is refused for a reason no scenario
-/// is about.
-async fn wait_replica_acks(url: &str) -> io::Result<()> {
-    let _: () = command(url, redis::cmd("SET").arg("replica-warm-up").arg(1)).await?;
-    let acked: u64 = command(url, redis::cmd("WAIT").arg(1).arg(1500)).await?;
-    if acked == 1 {
-        Ok(())
-    } else {
-        Err(io::Error::other("the replica does not acknowledge writes"))
-    }
-}
-
 /// The servers of one lock type: for the single kinds a primary and its
 /// replica; else 3 or 5 independent masters.
 struct Topology {
@@ -252,7 +225,7 @@ impl Topology {
                     redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port()),
                 )
                 .await?;
-                wait_replica_in_sync(&replica.url()).await?;
+                wait_replica_acks(&primary.url(), Duration::from_secs(20)).await?;
                 vec![Server::Process(primary), Server::Process(replica)]
             }
             (false, Backend::Containers) => {
@@ -272,9 +245,6 @@ impl Topology {
                     .collect()
             }
         };
-        if kind.is_single() {
-            wait_replica_acks(&servers[0].url()).await?;
-        }
         Ok(Topology {
             kind,
             backend,

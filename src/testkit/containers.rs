@@ -85,7 +85,7 @@ use testcontainers::bollard::query_parameters::{
 };
 
 use super::TestServer;
-use super::process::wait_until_ready;
+use super::process::{wait_replica_acks, wait_until_ready};
 
 /// Environment variable naming the Redis image to run.
 pub const IMAGE_ENV: &str = "MULTILOCK_REDIS_IMAGE";
@@ -974,12 +974,13 @@ pub struct ReplicatedPair {
 
 impl ReplicatedPair {
     /// Starts the primary, then the replica, and waits until replication
-    /// is up (`master_link_status:up` on the replica).
+    /// is up (`master_link_status:up` on the replica) and the replica
+    /// acknowledges writes ([`wait_replica_acks`](super::wait_replica_acks)).
     ///
     /// # Errors
     ///
-    /// As [`RedisContainer::start`], or when the link does not come up
-    /// within 30 s.
+    /// As [`RedisContainer::start`], or when the link does not come up, or
+    /// the replica does not acknowledge a write, within 30 s each.
     ///
     /// # Cancel safety
     ///
@@ -1003,6 +1004,7 @@ impl ReplicatedPair {
         let replica = RedisContainer::launch(docker, networks, flags).await?;
         let pair = ReplicatedPair { primary, replica };
         pair.wait_link_up(READY_LIMIT).await?;
+        wait_replica_acks(&pair.primary.url(), READY_LIMIT).await?;
         Ok(pair)
     }
 

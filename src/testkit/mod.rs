@@ -25,7 +25,7 @@ mod process;
 use std::io;
 
 pub use containers::{RedisContainer, ReplicatedPair, Side};
-pub use process::RedisProcess;
+pub use process::{RedisProcess, wait_replica_acks};
 
 /// A Redis server under test, with the faults a test can inject.
 ///
