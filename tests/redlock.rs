@@ -33,11 +33,7 @@ async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
     wait_until_keys_left(servers, key, &[], why).await;
 }
 
-/// Waits (up to 5 s) until exactly the nodes `expected` hold [`NAME`].
-async fn wait_for_keys_on(servers: &[RedisProcess], expected: &[usize], why: &str) {
-    wait_until_keys_left(servers, NAME, expected, why).await;
-}
-
+/// Waits (up to 5 s) until exactly the nodes `expected` hold `key`.
 async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[usize], why: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -374,7 +370,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     servers[4].unpause().await.unwrap();
     // Node 3 was granted and rolled back; node 4 timed out and was rolled
     // back once it answered; nodes 0..3 keep only the rival's field.
-    wait_for_keys_on(&servers, &[0, 1, 2], "the failed attempt rolled back").await;
+    wait_until_keys_left(&servers, NAME, &[0, 1, 2], "the failed attempt rolled back").await;
     for s in &servers[..3] {
         let mut conn = raw(s).await;
         let n: u64 = redis::cmd("HLEN")
@@ -416,7 +412,7 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
     );
     servers[3].unpause().await.unwrap();
     servers[4].unpause().await.unwrap();
-    wait_for_keys_on(&servers, &[0, 1], "frozen nodes rolled back").await;
+    wait_until_keys_left(&servers, NAME, &[0, 1], "frozen nodes rolled back").await;
     let sent = scripts_since(&servers, &before).await;
     assert!(
         sent[3] >= 2 && sent[4] >= 2,

@@ -70,7 +70,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use testcontainers::bollard::Docker;
@@ -84,8 +84,8 @@ use testcontainers::bollard::query_parameters::{
     RemoveContainerOptionsBuilder, StartContainerOptions,
 };
 
-use super::TestServer;
 use super::process::{wait_replica_acks, wait_until_ready};
+use super::{PollLimit, TestServer};
 
 /// Environment variable naming the Redis image to run.
 pub const IMAGE_ENV: &str = "MULTILOCK_REDIS_IMAGE";
@@ -698,7 +698,7 @@ impl RedisContainer {
 
     /// Waits until Docker reports the container stopped.
     async fn wait_stopped(&self) -> io::Result<()> {
-        let started = Instant::now();
+        let poll = PollLimit::new(Duration::from_secs(10));
         loop {
             let state = bounded(
                 format!("inspecting container {}", self.name),
@@ -709,13 +709,8 @@ impl RedisContainer {
             if !state.and_then(|s| s.running).unwrap_or(false) {
                 return Ok(());
             }
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("container {} still runs 10 s after SIGKILL", self.name),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            poll.tick(|| format!("container {} still runs after SIGKILL", self.name))
+                .await?;
         }
     }
 
@@ -1018,19 +1013,12 @@ impl ReplicatedPair {
     ///
     /// Cancel safe: it only polls.
     pub async fn wait_link_up(&self, limit: Duration) -> io::Result<()> {
-        let started = Instant::now();
-        loop {
-            if self.link_is_up().await? {
-                return Ok(());
-            }
-            if started.elapsed() > limit {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("replica {} not in sync within {limit:?}", self.replica.name),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let poll = PollLimit::new(limit);
+        while !self.link_is_up().await? {
+            poll.tick(|| format!("replica {} not in sync", self.replica.name))
+                .await?;
         }
+        Ok(())
     }
 
     /// Whether the replica reports `master_link_status:up`.

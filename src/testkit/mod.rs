@@ -23,6 +23,7 @@ pub mod containers;
 mod process;
 
 use std::io;
+use std::time::{Duration, Instant};
 
 pub use containers::{RedisContainer, ReplicatedPair, Side};
 pub use process::{RedisProcess, wait_replica_acks};
@@ -78,6 +79,35 @@ pub trait TestServer: Send + Sized {
 
     /// Undoes [`TestServer::partition`].
     fn heal(&mut self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// The time a readiness poll may take: between two checks, [`PollLimit::tick`]
+/// sleeps briefly, or fails once the limit is spent.
+pub(crate) struct PollLimit {
+    started: Instant,
+    limit: Duration,
+}
+
+impl PollLimit {
+    pub(crate) fn new(limit: Duration) -> PollLimit {
+        PollLimit {
+            started: Instant::now(),
+            limit,
+        }
+    }
+
+    /// Sleeps 20 ms before the next check; once the limit is spent, a
+    /// [`io::ErrorKind::TimedOut`] error saying `failure` instead.
+    pub(crate) async fn tick(&self, failure: impl FnOnce() -> String) -> io::Result<()> {
+        if self.started.elapsed() > self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{} (waited {:?})", failure(), self.limit),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(())
+    }
 }
 
 /// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by

@@ -6,9 +6,9 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::TestServer;
+use super::{PollLimit, TestServer};
 
 /// The binary to run: `$MULTILOCK_REDIS_SERVER`, else `redis-server` from `PATH`.
 fn server_binary() -> String {
@@ -256,7 +256,7 @@ impl Drop for ReservedPort {
 /// as a server does when someone else holds the port, and never takes
 /// another process's listener for the child's.
 async fn wait_until_listening(child: &mut Child, port: u16, limit: Duration) -> io::Result<()> {
-    let started = Instant::now();
+    let poll = PollLimit::new(limit);
     loop {
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::new(
@@ -271,13 +271,8 @@ async fn wait_until_listening(child: &mut Child, port: u16, limit: Duration) -> 
         {
             return Ok(());
         }
-        if started.elapsed() > limit {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("redis-server on port {port} did not listen within {limit:?}"),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll.tick(|| format!("redis-server on port {port} did not listen"))
+            .await?;
     }
 }
 
@@ -334,7 +329,7 @@ pub async fn wait_replica_acks(url: &str, limit: Duration) -> io::Result<()> {
         .get_multiplexed_async_connection()
         .await
         .map_err(io::Error::other)?;
-    let started = Instant::now();
+    let poll = PollLimit::new(limit);
     loop {
         let acknowledged: u64 = redis::pipe()
             .cmd("SET")
@@ -360,35 +355,24 @@ pub async fn wait_replica_acks(url: &str, limit: Duration) -> io::Result<()> {
         if acknowledged >= 1 && offset_past_zero {
             return Ok(());
         }
-        if started.elapsed() > limit {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no replica of {url} acknowledged a write within {limit:?}"),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll.tick(|| format!("no replica of {url} acknowledged a write"))
+            .await?;
     }
 }
 
 /// Polls PING until the server answers.
 pub(crate) async fn wait_until_ready(url: &str, limit: Duration) -> io::Result<()> {
     let client = redis::Client::open(url).map_err(io::Error::other)?;
-    let started = Instant::now();
+    let poll = PollLimit::new(limit);
     loop {
         let attempt = async {
             let mut conn = client.get_multiplexed_async_connection().await?;
             redis::cmd("PING").query_async::<String>(&mut conn).await
         };
-        match tokio::time::timeout(Duration::from_millis(500), attempt).await {
-            Ok(Ok(_)) => return Ok(()),
-            _ if started.elapsed() > limit => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{url} did not answer PING within {limit:?}"),
-                ));
-            }
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), attempt).await {
+            return Ok(());
         }
+        poll.tick(|| format!("{url} did not answer PING")).await?;
     }
 }
 
