@@ -21,7 +21,8 @@
 //!
 //! What is measured, in order:
 //!
-//! - (a) uncontended lock+unlock latency on 1, 3 and 5 nodes;
+//! - (a) uncontended lock+unlock latency on 1, 3 and 5 nodes, and the CPU
+//!   each lock+unlock uses in this process and on the servers;
 //! - (b) one contended lock: K tasks acquire and release it in a loop, either
 //!   tight (the releaser races the waiters: throughput and fairness) or
 //!   handing off (hold 1 ms, then step back: every grant goes to a waiter).
