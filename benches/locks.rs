@@ -783,9 +783,12 @@ async fn uncontended(
             &limit,
             &rslock,
         );
-        if let (true, Some(red), Some((one_node, _, _))) =
-            (n == SERVERS, timed.get(1), report.uncontended.get(&1))
-        {
+        let red_lock = ours.iter().position(|(label, _)| label == "RedLock");
+        if let (true, Some(red), Some((one_node, _, _))) = (
+            n == SERVERS,
+            red_lock.and_then(|i| timed.get(i)),
+            report.uncontended.get(&1),
+        ) {
             let one_node = one_node.first().map_or(f64::NAN, Latencies::p50);
             let floor = cpu_floor_note(&format!("{nodes_label}, RedLock"), red, one_node);
             report.notes.push(floor);
