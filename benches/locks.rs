@@ -596,13 +596,11 @@ impl CpuMeter {
     }
 }
 
-/// CPU time of this process's live threads (Linux); zero elsewhere.
+/// CPU time of this process's live threads (Linux, as the rest of the
+/// program's /proc readings).
 fn process_cpu() -> BenchResult<Duration> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Ok(Duration::ZERO);
-    };
     let mut nanos = 0;
-    for task in tasks {
+    for task in std::fs::read_dir("/proc/self/task")? {
         // A thread that just ended has no file any more: it counts as zero.
         let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
             continue;

@@ -358,18 +358,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 Ok(guard) => return Ok(Some(guard)),
                 Err(lost) => lost,
             };
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return self.give_up(lost);
             }
             if back_off_after_split(&lost, deadline).await {
                 continue;
             }
-            let nap = policy::retry_delay().min(deadline - now);
             let any_release = futures::future::select_all(wakes.iter_mut().map(|w| w.as_mut()));
             let woken = tokio::select! {
                 _ = any_release => true,
-                _ = tokio::time::sleep(nap) => false,
+                _ = sleep_within(policy::retry_delay(), deadline) => false,
             };
             if woken {
                 stagger_after_wake(&lost, deadline).await;
@@ -731,8 +729,7 @@ async fn back_off_after_split(lost: &LostRound, deadline: Instant) -> bool {
     if lost.granted == 0 {
         return false;
     }
-    let nap = policy::retry_delay().min(deadline.saturating_duration_since(Instant::now()));
-    tokio::time::sleep(nap).await;
+    sleep_within(policy::retry_delay(), deadline).await;
     true
 }
 
@@ -746,10 +743,13 @@ async fn back_off_after_split(lost: &LostRound, deadline: Instant) -> bool {
 /// node needs none of this: Redis itself orders the contenders.
 async fn stagger_after_wake(lost: &LostRound, deadline: Instant) {
     let spread = (lost.elapsed * 2).min(policy::MAX_STAGGER);
-    let nap = spread
-        .mul_f64(rand::random::<f64>())
-        .min(deadline.saturating_duration_since(Instant::now()));
-    tokio::time::sleep(nap).await;
+    sleep_within(spread.mul_f64(rand::random::<f64>()), deadline).await;
+}
+
+/// Sleeps `nap`, or until `deadline` if that comes first.
+async fn sleep_within(nap: Duration, deadline: Instant) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    tokio::time::sleep(nap.min(left)).await;
 }
 
 impl LostRound {
