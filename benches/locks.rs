@@ -77,7 +77,7 @@ const SERVERS: usize = 5;
 /// The crate's own Lua source of a script, as the test kit exposes it: the
 /// limit sends byte-identical scripts.
 fn crate_script(name: &str) -> Script {
-    let (_, source, _) = multilock::testkit::scripts()
+    let (_, source, _) = multilock::testkit::protocol::scripts()
         .into_iter()
         .find(|(n, _, _)| *n == name)
         .unwrap_or_else(|| panic!("the crate has no script {name:?}"));

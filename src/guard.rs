@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use crate::detach::FinishOnDrop;
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
-use crate::lock::{Lock, Released};
+use crate::lock::Lock;
 use crate::owner::Owner;
+use crate::protocol::Released;
 use crate::watchdog::Renewal;
 
 /// One node's share of a hold: the lock there, the field written, and its

@@ -13,7 +13,7 @@ mod lock;
 mod multi;
 mod node;
 mod owner;
-mod scripts;
+mod protocol;
 mod watchdog;
 
 #[cfg(feature = "testkit")]

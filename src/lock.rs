@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::{Guard, HeldPart};
 use crate::node::{Conn, Node};
 use crate::owner::Owner;
-use crate::scripts;
+use crate::protocol::{self, Acquired, Call, LockKeys, Released};
 
 /// Longest single wait when the lock's TTL is unknown (a key without expiry):
 /// bounds the cost of a lost unlock message.
@@ -70,10 +70,9 @@ pub struct Lock {
 struct LockInner {
     client: Client,
     node: Node,
-    name: String,
-    channel: String,
-    /// Set when fencing tokens are on.
-    token_key: Option<String>,
+    keys: LockKeys,
+    /// Fencing tokens are on.
+    fenced: bool,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
 }
@@ -82,20 +81,6 @@ struct LockInner {
 pub(crate) enum Attempt {
     Granted(HeldPart),
     /// Held by someone else, with the key's remaining TTL when it has one.
-    Taken(Option<Duration>),
-}
-
-/// What a release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// The hold count went down but is still above zero.
-    StillHeld,
-    /// The key was deleted and waiters were told.
-    Deleted,
-}
-
-enum AcquireReply {
-    Granted(Option<u64>),
     Taken(Option<Duration>),
 }
 
@@ -108,9 +93,8 @@ impl Lock {
             inner: Arc::new(LockInner {
                 client,
                 node,
-                channel: scripts::channel_name(&name),
-                name,
-                token_key: None,
+                keys: LockKeys::new(&name),
+                fenced: false,
                 replica_sync: None,
             }),
             owner: None,
@@ -119,7 +103,7 @@ impl Lock {
 
     /// The lock's name (the Redis key).
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.inner.keys.name
     }
 
     /// The node the lock lives on.
@@ -127,8 +111,8 @@ impl Lock {
         &self.inner.node
     }
 
-    pub(crate) fn channel(&self) -> &str {
-        &self.inner.channel
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.inner.keys
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -175,7 +159,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn with_fencing(&self) -> Lock {
-        self.rebuilt(|inner| inner.token_key = Some(scripts::token_key(&inner.name)))
+        self.rebuilt(|inner| inner.fenced = true)
     }
 
     /// This lock with replica sync: after each grant, `WAIT replicas timeout`
@@ -226,7 +210,7 @@ impl Lock {
 
     /// True when fencing tokens are on.
     pub fn is_fenced(&self) -> bool {
-        self.inner.token_key.is_some()
+        self.inner.fenced
     }
 
     /// The owner acquisitions through this handle hold for, resolved now: the
@@ -236,7 +220,7 @@ impl Lock {
     }
 
     fn field(&self, owner: &Owner) -> Arc<str> {
-        format!("{}:{}", self.inner.client.id(), owner).into()
+        protocol::field(self.inner.client.id(), owner.as_str())
     }
 
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
@@ -370,7 +354,7 @@ impl Lock {
         let owner = self.owner();
         let started = Instant::now();
         let deadline = wait.map(|w| crate::lease::deadline(started, w));
-        let span = tracing::debug_span!("acquire", lock = %self.inner.name, node = %self.inner.node.addr(), owner = %owner);
+        let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
         async move {
             let outcome = self.wait_for_grant(&owner, lease, deadline).await;
             let elapsed_us = started.elapsed().as_micros() as u64;
@@ -415,7 +399,7 @@ impl Lock {
         let subscription = self
             .inner
             .node
-            .subscribe(&self.inner.channel, patience)
+            .subscribe(&self.inner.keys.channel, patience)
             .await;
         loop {
             let woken = subscription.wake().notified();
@@ -451,13 +435,13 @@ impl Lock {
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
         let rollback = sent.rollback_patience();
         match sent.reply {
-            Ok(AcquireReply::Granted(token)) => {
+            Ok(Acquired::Granted(token)) => {
                 // No await between the grant and the part: from here on,
                 // dropping releases.
                 let renewal = lease.is_none().then(|| {
                     self.inner.client.inner().watchdogs.register(
                         &self.inner.node,
-                        &self.inner.name,
+                        &self.inner.keys.name,
                         &field,
                         sent_at,
                     )
@@ -471,7 +455,7 @@ impl Lock {
                     sent_at,
                 )))
             }
-            Ok(AcquireReply::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
+            Ok(Acquired::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
             Err(err) => {
                 if let Some(patience) = rollback {
                     tokio::spawn(sent.undo.roll_back(self.clone(), field, lease, patience));
@@ -485,7 +469,7 @@ impl Lock {
     /// on its own, and keeps its connection for a rollback.
     async fn send_acquire(self, field: Arc<str>, lease: Option<Duration>) -> SentAcquire {
         let mut sent = SentAcquire {
-            reply: Ok(AcquireReply::Taken(None)),
+            reply: Ok(Acquired::Taken(None)),
             undo: Undo::default(),
             lock: self,
             field,
@@ -505,30 +489,14 @@ impl Lock {
             }
         };
         let lock = &sent.lock;
-        let lease_ms = lock.lease_ms(lease);
-        sent.reply = match &lock.inner.token_key {
-            None => {
-                let mut invocation = scripts::ACQUIRE.key(&lock.inner.name);
-                invocation.arg(lease_ms).arg(&*sent.field);
-                conn.invoke::<Option<i64>>(&invocation)
-                    .await
-                    .map(|reply| match reply {
-                        None => AcquireReply::Granted(None),
-                        Some(pttl) => AcquireReply::Taken(ttl_from_pttl(pttl)),
-                    })
-            }
-            Some(token_key) => {
-                let mut invocation = scripts::ACQUIRE_FENCED.key(&lock.inner.name);
-                invocation.key(token_key).arg(lease_ms).arg(&*sent.field);
-                conn.invoke::<(i64, i64)>(&invocation)
-                    .await
-                    .map(|reply| match reply {
-                        (1, token) => AcquireReply::Granted(Some(token.max(0) as u64)),
-                        (_, pttl) => AcquireReply::Taken(ttl_from_pttl(pttl)),
-                    })
-            }
+        let lease = lock.lease(lease);
+        let acquire = if lock.inner.fenced {
+            protocol::acquire_fenced(&lock.inner.keys, &sent.field, lease)
+        } else {
+            protocol::acquire(&lock.inner.keys, &sent.field, lease)
         };
-        sent.undo.granted = matches!(sent.reply, Ok(AcquireReply::Granted(_)));
+        sent.reply = conn.run(&acquire).await;
+        sent.undo.granted = matches!(sent.reply, Ok(Acquired::Granted(_)));
         if let (true, Some((replicas, timeout))) = (sent.undo.granted, lock.inner.replica_sync)
             && let Err(err) = lock
                 .sync_replicas(
@@ -555,22 +523,21 @@ impl Lock {
     async fn sync_replicas(
         &self,
         conn: &mut Conn,
-        sent_release: &mut Option<redis::ScriptInvocation<'static>>,
+        sent_release: &mut Option<Call<Released>>,
         field: &str,
         lease: Option<Duration>,
         replicas: u32,
         timeout: Duration,
     ) -> Result<()> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        let wait = protocol::wait_for_replicas(replicas, timeout);
         let patience = timeout + self.inner.node.response_timeout();
-        let acknowledged = conn.query_patiently::<u32>(&wait, patience).await?;
+        let acknowledged = conn.run_patiently(&wait, patience).await?;
         if acknowledged >= replicas {
             return Ok(());
         }
-        let release = sent_release.insert(self.release_invocation(field, lease));
+        let release = sent_release.insert(self.release_call(field, lease));
         match self
-            .traced_release(conn.invoke_patiently(release, self.inner.node.response_timeout()))
+            .traced_release(conn.run_patiently(release, self.inner.node.response_timeout()))
             .await
         {
             // Gone already (its lease ran out during the WAIT): released too.
@@ -578,38 +545,25 @@ impl Lock {
             Err(err) => return Err(err),
         }
         Err(Error::ReplicaSync {
-            lock: self.inner.name.clone(),
+            lock: self.inner.keys.name.clone(),
             node: self.inner.node.addr().to_owned(),
             required: replicas,
             acknowledged,
         })
     }
 
-    fn lease_ms(&self, lease: Option<Duration>) -> u64 {
-        lease
-            .unwrap_or_else(|| self.inner.client.watchdog_timeout())
-            .as_millis() as u64
+    /// The lease a request sets: the given one, else the watchdog's.
+    fn lease(&self, lease: Option<Duration>) -> Duration {
+        lease.unwrap_or_else(|| self.inner.client.watchdog_timeout())
     }
 
-    fn release_invocation(
-        &self,
-        field: &str,
-        lease: Option<Duration>,
-    ) -> redis::ScriptInvocation<'static> {
-        // From the thread-local RNG: `new_v4` asks the OS for entropy on every call.
-        let request_id = uuid::Builder::from_random_bytes(rand::random())
-            .into_uuid()
-            .to_string();
-        let latch = scripts::unlock_latch_key(&self.inner.name, &request_id);
-        let mut invocation = scripts::RELEASE.key(&self.inner.name);
-        invocation
-            .key(&self.inner.channel)
-            .key(&latch)
-            .arg(self.lease_ms(lease))
-            .arg(field)
-            .arg(scripts::UNLOCK_LATCH_TTL_MS)
-            .arg(scripts::UNLOCK_MESSAGE);
-        invocation
+    fn release_call(&self, field: &str, lease: Option<Duration>) -> Call<Released> {
+        protocol::release(
+            &self.inner.keys,
+            field,
+            self.lease(lease),
+            &protocol::new_request_id(),
+        )
     }
 
     /// Releases one hold of `field`. A release whose outcome is unknown
@@ -620,13 +574,13 @@ impl Lock {
         field: &str,
         lease: Option<Duration>,
     ) -> Result<Released> {
-        let invocation = self.release_invocation(field, lease);
+        let release = self.release_call(field, lease);
         self.traced_release(async {
             // One call site in a loop: the future holds one request's state,
             // not two.
             let mut retried = false;
             loop {
-                let reply = self.inner.node.invoke(&invocation).await;
+                let reply = self.inner.node.run(&release).await;
                 match reply {
                     Err(err) if err.outcome_unknown() && !retried => retried = true,
                     reply => break reply,
@@ -638,17 +592,16 @@ impl Lock {
 
     async fn traced_release(
         &self,
-        release: impl Future<Output = Result<Option<i64>>>,
+        release: impl Future<Output = Result<Released>>,
     ) -> Result<Released> {
         let started = Instant::now();
-        let span = tracing::debug_span!("release", lock = %self.inner.name, node = %self.inner.node.addr());
+        let span = tracing::debug_span!("release", lock = %self.inner.keys.name, node = %self.inner.node.addr());
         let outcome = match release.instrument(span.clone()).await {
-            Ok(Some(0)) => Ok(Released::StillHeld),
-            Ok(Some(_)) => Ok(Released::Deleted),
-            Ok(None) => Err(Error::NotHeld {
-                lock: self.inner.name.clone(),
+            Ok(Released::NotHeld) => Err(Error::NotHeld {
+                lock: self.inner.keys.name.clone(),
                 node: self.inner.node.addr().to_owned(),
             }),
+            Ok(released) => Ok(released),
             Err(err) => Err(err),
         };
         let elapsed_us = started.elapsed().as_micros() as u64;
@@ -679,12 +632,10 @@ impl Lock {
     ///
     /// One request; if dropped after sending, it may or may not be applied.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let mut invocation = scripts::FORCE_UNLOCK.key(&self.inner.name);
-        invocation
-            .key(&self.inner.channel)
-            .arg(scripts::UNLOCK_MESSAGE);
-        let deleted: i64 = self.inner.node.invoke(&invocation).await?;
-        Ok(deleted == 1)
+        self.inner
+            .node
+            .run(&protocol::force_unlock(&self.inner.keys))
+            .await
     }
 
     /// Whether anyone holds the lock.
@@ -709,7 +660,7 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.inner
             .node
-            .query(redis::cmd("EXISTS").arg(&self.inner.name))
+            .run(&protocol::is_locked(&self.inner.keys))
             .await
     }
 
@@ -734,10 +685,12 @@ impl Lock {
     /// Cancel safe: read only.
     pub async fn is_held_by_current_owner(&self) -> Result<bool> {
         let field = self.field(&self.owner());
-        self.inner
+        Ok(self
+            .inner
             .node
-            .query(redis::cmd("HEXISTS").arg(&self.inner.name).arg(&*field))
-            .await
+            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .await?
+            > 0)
     }
 
     /// How many times the owner of this handle holds the lock (0 when not).
@@ -763,12 +716,10 @@ impl Lock {
     /// Cancel safe: read only.
     pub async fn hold_count(&self) -> Result<u32> {
         let field = self.field(&self.owner());
-        let count: Option<u32> = self
-            .inner
+        self.inner
             .node
-            .query(redis::cmd("HGET").arg(&self.inner.name).arg(&*field))
-            .await?;
-        Ok(count.unwrap_or(0))
+            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .await
     }
 
     /// The lock's remaining time to live; `None` when it is not held (or has
@@ -793,19 +744,17 @@ impl Lock {
     ///
     /// Cancel safe: read only.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        let pttl: i64 = self
-            .inner
+        self.inner
             .node
-            .query(redis::cmd("PTTL").arg(&self.inner.name))
-            .await?;
-        Ok(ttl_from_pttl(pttl))
+            .run(&protocol::remaining_ttl(&self.inner.keys))
+            .await
     }
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("name", &self.inner.name)
+            .field("name", &self.inner.keys.name)
             .field("node", &self.inner.node.addr())
             .field("owner", &self.owner)
             .field("fenced", &self.is_fenced())
@@ -826,17 +775,13 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     Ok(())
 }
 
-fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
-    (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
-}
-
 /// An acquire request that was sent, with its connection and reply.
 struct SentAcquire {
     lock: Lock,
     field: Arc<str>,
     lease: Option<Duration>,
     undo: Undo,
-    reply: Result<AcquireReply>,
+    reply: Result<Acquired>,
 }
 
 /// What a rollback of an acquire goes through: the acquire's own
@@ -846,7 +791,7 @@ struct Undo {
     /// The acquire itself was granted (whatever came after it).
     granted: bool,
     conn: Option<Conn>,
-    release: Option<redis::ScriptInvocation<'static>>,
+    release: Option<Call<Released>>,
 }
 
 impl SentAcquire {
@@ -856,10 +801,10 @@ impl SentAcquire {
     fn rollback_patience(&self) -> Option<Duration> {
         let node = &self.lock.inner.node;
         match &self.reply {
-            Ok(AcquireReply::Granted(_)) => Some(node.response_timeout()),
-            Err(err) if err.outcome_unknown() => Some(
-                Duration::from_millis(self.lock.lease_ms(self.lease)).max(node.response_timeout()),
-            ),
+            Ok(Acquired::Granted(_)) => Some(node.response_timeout()),
+            Err(err) if err.outcome_unknown() => {
+                Some(self.lock.lease(self.lease).max(node.response_timeout()))
+            }
             // Granted, then released by the replica check itself.
             Err(Error::ReplicaSync { .. }) => None,
             // Granted, then the replica check failed: still held.
@@ -893,11 +838,11 @@ impl Undo {
         let Some(mut conn) = self.conn else {
             return;
         };
-        let invocation = self
+        let release = self
             .release
-            .unwrap_or_else(|| lock.release_invocation(&field, lease));
+            .unwrap_or_else(|| lock.release_call(&field, lease));
         match lock
-            .traced_release(conn.invoke_patiently(&invocation, patience))
+            .traced_release(conn.run_patiently(&release, patience))
             .await
         {
             Ok(_) | Err(Error::NotHeld { .. }) => {}

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::node::Node;
-use crate::scripts;
+use crate::protocol;
 
 /// Locks renewed per script call: one call renews ~500 locks in about 3 ms
 /// of server time, during which the node runs nothing else.
@@ -172,7 +172,6 @@ impl NodeWatchdog {
             .keys()
             .cloned()
             .collect();
-        let lease_ms = self.timeout.as_millis() as u64;
         for chunk in snapshot.chunks(RENEW_BATCH_SIZE) {
             let _batch = self.renewing.lock().await;
             let chunk: Vec<&EntryKey> = {
@@ -186,14 +185,12 @@ impl NodeWatchdog {
                 continue;
             }
             let sent_at = Instant::now();
-            let mut invocation = scripts::RENEW_BATCH.prepare_invoke();
-            invocation.arg(lease_ms);
-            for (key, field) in &chunk {
-                invocation.key(key.as_str()).arg(&**field);
-            }
+            let renew = protocol::renew_batch(
+                chunk.iter().map(|(key, field)| (key.as_str(), &**field)),
+                self.timeout,
+            );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
-            let result: crate::Result<Vec<i64>> =
-                self.node.invoke(&invocation).instrument(span.clone()).await;
+            let result = self.node.run(&renew).instrument(span.clone()).await;
             let _enter = span.enter();
             match result {
                 Ok(renewed) => {
@@ -201,7 +198,7 @@ impl NodeWatchdog {
                     let mut entries = self.entries.lock().unwrap();
                     let expires = self.expiry(sent_at);
                     for (key, ok) in chunk.iter().zip(renewed) {
-                        if ok == 0 {
+                        if !ok {
                             if let Some(entry) = entries.by_lock.remove(key) {
                                 tracing::warn!(lock = %key.0, "lock found gone during renewal");
                                 entry.lost.send_modify(|s| s.gone = true);

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
-use multilock::testkit::{TestServer, scripts};
+use multilock::testkit::TestServer;
+use multilock::testkit::protocol::scripts;
 
 /// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
 /// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.

@@ -29,7 +29,7 @@ use crate::guard::{Guard, HeldPart};
 use crate::lease;
 use crate::lock::{Attempt, Lock, check_lease};
 use crate::owner::Owner;
-use crate::scripts;
+use crate::protocol;
 
 /// Default per-node timeout of one acquire request in a multi-node lock.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -342,7 +342,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let subscriptions = join_all(
             self.locks
                 .iter()
-                .map(|lock| lock.node().subscribe(lock.channel(), patience)),
+                .map(|lock| lock.node().subscribe(&lock.keys().channel, patience)),
         )
         .await;
         loop {
@@ -513,11 +513,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     async fn settle_token(&self, parts: &[HeldPart], node_timeout: Duration) -> Option<u64> {
         let token = parts.iter().filter_map(|p| p.token).max()?;
         let raises = join_all(self.locks.iter().map(|lock| async move {
-            let key = scripts::token_key(lock.name());
-            let mut invocation = scripts::RAISE_TOKEN.key(key);
-            invocation.arg(token);
-            let raise = lock.node().invoke::<u64>(&invocation);
-            matches!(tokio::time::timeout(node_timeout, raise).await, Ok(Ok(_)))
+            let raise = protocol::raise_token(lock.keys(), token);
+            let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
+            matches!(raised, Ok(Ok(_)))
         }))
         .await;
         let confirmed = raises.into_iter().filter(|ok| *ok).count();

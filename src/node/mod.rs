@@ -12,9 +12,10 @@ use std::time::Duration;
 // and redis versions this pool is built for.
 use deadpool::managed::PoolError;
 use deadpool_redis::{Runtime, Timeouts};
-use redis::{ConnectionAddr, FromRedisValue, ProtocolVersion};
+use redis::{ConnectionAddr, ProtocolVersion, Value};
 
 use crate::error::{Error, Result, Unavailable};
+use crate::protocol::{Call, Request};
 pub(crate) use subscriber::Subscription;
 
 /// Default number of pooled command connections per node.
@@ -225,18 +226,10 @@ impl Node {
         self.inner.id
     }
 
-    /// Runs one script on a pooled connection: one round trip (EVALSHA; the
-    /// script is loaded on the first NOSCRIPT).
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T> {
-        self.checkout().await?.invoke(invocation).await
-    }
-
-    /// Runs one command on a pooled connection.
-    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        self.checkout().await?.query(cmd).await
+    /// Runs one protocol call on a pooled connection: one round trip (a
+    /// script goes by EVALSHA and is loaded on the first NOSCRIPT).
+    pub(crate) async fn run<R>(&self, call: &Call<R>) -> Result<R> {
+        self.checkout().await?.run(call).await
     }
 
     /// A connection for one request, shared with concurrent requests
@@ -291,43 +284,23 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &mut self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T> {
-        let result = invocation.invoke_async(&mut self.conn).await;
-        self.finish(result)
+    pub(crate) async fn run<R>(&mut self, call: &Call<R>) -> Result<R> {
+        let reply = send(&call.request, &mut self.conn).await;
+        self.finish(reply.and_then(|reply| call.decode(reply)))
     }
 
-    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T> {
-        let result = cmd.query_async(&mut self.conn).await;
-        self.finish(result)
-    }
-
-    /// Like [`Conn::invoke`], waiting up to `patience` for the reply instead
+    /// Like [`Conn::run`], waiting up to `patience` for the reply instead
     /// of the node's response timeout: for a rollback queued behind a request
-    /// whose reply did not come (a paused node).
-    pub(crate) async fn invoke_patiently<T: FromRedisValue>(
+    /// whose reply did not come (a paused node), or a `WAIT`.
+    pub(crate) async fn run_patiently<R>(
         &mut self,
-        invocation: &redis::ScriptInvocation<'_>,
+        call: &Call<R>,
         patience: Duration,
-    ) -> Result<T> {
+    ) -> Result<R> {
         let mut conn = self.conn.clone();
         conn.set_response_timeout(patience);
-        let result = invocation.invoke_async(&mut conn).await;
-        self.finish(result)
-    }
-
-    /// A command, waiting up to `patience` for the reply.
-    pub(crate) async fn query_patiently<T: FromRedisValue>(
-        &mut self,
-        cmd: &redis::Cmd,
-        patience: Duration,
-    ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        conn.set_response_timeout(patience);
-        let result = cmd.query_async(&mut conn).await;
-        self.finish(result)
+        let reply = send(&call.request, &mut conn).await;
+        self.finish(reply.and_then(|reply| call.decode(reply)))
     }
 
     fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
@@ -335,6 +308,16 @@ impl Conn {
             pool::note_error(&self.broken, &err);
             Error::from_redis(&self.node.inner.addr, err)
         })
+    }
+}
+
+async fn send(
+    request: &Request,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> redis::RedisResult<Value> {
+    match request {
+        Request::Script(invocation) => invocation.invoke_async(conn).await,
+        Request::Command(cmd) => cmd.query_async(conn).await,
     }
 }
 

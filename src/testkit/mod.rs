@@ -20,12 +20,16 @@
 //! ```
 
 pub mod containers;
+mod fencing;
+mod poll;
 mod process;
+pub mod protocol;
 
 use std::io;
-use std::time::{Duration, Instant};
 
 pub use containers::{RedisContainer, ReplicatedPair, Side};
+pub use fencing::FencedStore;
+pub use poll::{PollLimit, poll_until};
 pub use process::{RedisProcess, wait_replica_acks};
 
 /// A Redis server under test, with the faults a test can inject.
@@ -79,42 +83,4 @@ pub trait TestServer: Send + Sized {
 
     /// Undoes [`TestServer::partition`].
     fn heal(&mut self) -> impl Future<Output = io::Result<()>> + Send;
-}
-
-/// The time a readiness poll may take: between two checks, [`PollLimit::tick`]
-/// sleeps briefly, or fails once the limit is spent.
-pub(crate) struct PollLimit {
-    started: Instant,
-    limit: Duration,
-}
-
-impl PollLimit {
-    pub(crate) fn new(limit: Duration) -> PollLimit {
-        PollLimit {
-            started: Instant::now(),
-            limit,
-        }
-    }
-
-    /// Sleeps 20 ms before the next check; once the limit is spent, a
-    /// [`io::ErrorKind::TimedOut`] error saying `failure` instead.
-    pub(crate) async fn tick(&self, failure: impl FnOnce() -> String) -> io::Result<()> {
-        if self.started.elapsed() > self.limit {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{} (waited {:?})", failure(), self.limit),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        Ok(())
-    }
-}
-
-/// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by
-/// EVALSHA)`, so tests can check them against `SCRIPT LOAD`.
-pub fn scripts() -> Vec<(&'static str, &'static str, String)> {
-    crate::scripts::all()
-        .iter()
-        .map(|(name, source, script)| (*name, *source, script.get_hash().to_owned()))
-        .collect()
 }

@@ -1,0 +1,107 @@
+//! The crate's wire protocol, for tests and benchmarks that talk to Redis
+//! directly: the same key names and script calls the crate sends, built by
+//! the same code (`src/protocol.rs`), so nothing here can drift from it.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use multilock::testkit::protocol;
+//!
+//! # async fn demo(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
+//! let field = protocol::field("6f1c0e9a-client", "worker-1");
+//! // nil: granted, as the crate's own acquire would be.
+//! let granted: Option<i64> = protocol::acquire("orders:42", &field, Duration::from_secs(30))
+//!     .invoke_async(conn)
+//!     .await?;
+//! assert_eq!(granted, None);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use redis::ScriptInvocation;
+
+use crate::protocol::{self as wire, Call, LockKeys, Request};
+
+fn script<R>(call: Call<R>) -> ScriptInvocation<'static> {
+    match call.request {
+        Request::Script(invocation) => invocation,
+        Request::Command(_) => unreachable!("every lock operation below is a script"),
+    }
+}
+
+/// The hash field of a hold: `<client-uuid>:<owner>`.
+pub fn field(client_id: &str, owner: &str) -> String {
+    wire::field(client_id, owner).to_string()
+}
+
+/// The channel unlock messages of lock `name` are published on.
+pub fn channel(name: &str) -> String {
+    LockKeys::new(name).channel
+}
+
+/// The fencing token counter of lock `name`.
+pub fn token_key(name: &str) -> String {
+    LockKeys::new(name).token
+}
+
+/// The unlock latch of one release of lock `name`.
+pub fn unlock_latch(name: &str, request_id: &str) -> String {
+    LockKeys::new(name).unlock_latch(request_id)
+}
+
+/// The acquire script call. Reply: nil when granted, else the key's PTTL.
+pub fn acquire(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
+    script(wire::acquire(&LockKeys::new(name), field, lease))
+}
+
+/// The fenced acquire script call. Reply: `{1, token}` when granted, else
+/// `{0, pttl}`.
+pub fn acquire_fenced(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
+    script(wire::acquire_fenced(&LockKeys::new(name), field, lease))
+}
+
+/// The release script call with the unlock latch of `request_id`. Reply:
+/// nil (not held), 0 (still held) or 1 (deleted and published).
+pub fn release(
+    name: &str,
+    field: &str,
+    lease: Duration,
+    request_id: &str,
+) -> ScriptInvocation<'static> {
+    script(wire::release(
+        &LockKeys::new(name),
+        field,
+        lease,
+        request_id,
+    ))
+}
+
+/// The batched renewal script call. Reply: one 1 (renewed) or 0 (gone) per
+/// hold.
+pub fn renew_batch<'a>(
+    holds: impl IntoIterator<Item = (&'a str, &'a str)>,
+    lease: Duration,
+) -> ScriptInvocation<'static> {
+    script(wire::renew_batch(holds, lease))
+}
+
+/// The force-unlock script call. Reply: 1 when the key existed.
+pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
+    script(wire::force_unlock(&LockKeys::new(name)))
+}
+
+/// The fencing counter raise. Reply: the counter afterwards.
+pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
+    script(wire::raise_token(&LockKeys::new(name), minimum))
+}
+
+/// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by
+/// EVALSHA)`, so tests can check them against `SCRIPT LOAD`.
+pub fn scripts() -> Vec<(&'static str, &'static str, String)> {
+    wire::all_scripts()
+        .iter()
+        .map(|(name, source, script)| (*name, *source, script.get_hash().to_owned()))
+        .collect()
+}
