@@ -24,6 +24,10 @@ use redis::ScriptInvocation;
 
 use crate::protocol::{self as wire, Call, LockKeys, Request};
 
+/// Holds renewed per script call by the watchdog: a node with `n` holds
+/// gets `n.div_ceil(RENEW_BATCH_SIZE)` renewal calls per tick.
+pub const RENEW_BATCH_SIZE: usize = crate::watchdog::RENEW_BATCH_SIZE;
+
 fn script<R>(call: Call<R>) -> ScriptInvocation<'static> {
     match call.request {
         Request::Script(invocation) => invocation,
