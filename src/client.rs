@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
-use crate::lock::Lock;
-use crate::multi::{MultiLock, RedLock};
 use crate::node::Node;
-use crate::watchdog::Watchdogs;
+use crate::quorum::{MultiLock, QuorumLock, QuorumPolicy, RedLock};
+use crate::single::Lock;
 
 /// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,12 +39,7 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) id: String,
-    pub(crate) watchdogs: Watchdogs,
+    core: Arc<ClientCore>,
 }
 
 /// Builds a [`Client`]; see [`Client::builder`].
@@ -84,16 +79,16 @@ impl ClientBuilder {
                 "watchdog timeout must be at least 3 ms (it is renewed every third of it)",
             ));
         }
-        if self.watchdog_timeout > crate::lease::MAX_LEASE {
+        if self.watchdog_timeout > crate::timing::MAX_LEASE {
             return Err(Error::invalid(
                 "watchdog timeout must be at most ten years (MAX_LEASE)",
             ));
         }
         Ok(Client {
-            inner: Arc::new(ClientInner {
-                id: self.id.unwrap_or_else(Uuid::new_v4).to_string(),
-                watchdogs: Watchdogs::new(self.watchdog_timeout),
-            }),
+            core: ClientCore::new(
+                self.id.unwrap_or_else(Uuid::new_v4).to_string(),
+                self.watchdog_timeout,
+            ),
         })
     }
 }
@@ -116,16 +111,12 @@ impl Client {
 
     /// The client's uuid, the first half of every hash field it writes.
     pub fn id(&self) -> &str {
-        &self.inner.id
+        &self.core.id
     }
 
     /// The watchdog timeout.
     pub fn watchdog_timeout(&self) -> Duration {
-        self.inner.watchdogs.timeout()
-    }
-
-    pub(crate) fn inner(&self) -> &ClientInner {
-        &self.inner
+        self.core.watchdog_timeout()
     }
 
     /// A single-node reentrant lock named `name` on `node`. Nothing is sent.
@@ -144,7 +135,7 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] when `name` is empty.
     pub fn lock(&self, node: &Node, name: impl Into<String>) -> Result<Lock> {
-        Lock::new(self.clone(), node.clone(), name.into())
+        Lock::new(self.core.clone(), node.clone(), name.into())
     }
 
     /// A lock that every one of `locks` must grant. The locks may be on the
@@ -168,7 +159,7 @@ impl Client {
     /// [`Error::InvalidArgument`] when `locks` is empty or a lock comes from
     /// another client.
     pub fn multi_lock(&self, locks: Vec<Lock>) -> Result<MultiLock> {
-        MultiLock::new(self, locks)
+        self.quorum_lock(locks)
     }
 
     /// A lock that a majority (N/2+1) of `locks` must grant. Each lock must be
@@ -194,7 +185,19 @@ impl Client {
     /// [`Error::InvalidArgument`] when `locks` is empty, two locks share a
     /// node, or a lock comes from another client.
     pub fn red_lock(&self, locks: Vec<Lock>) -> Result<RedLock> {
-        RedLock::new(self, locks)
+        self.quorum_lock(locks)
+    }
+
+    /// A quorum lock of `locks`, all of which must come from this client:
+    /// their holds share its id and watchdogs.
+    fn quorum_lock<P: QuorumPolicy>(&self, locks: Vec<Lock>) -> Result<QuorumLock<P>> {
+        if locks.iter().any(|l| !Arc::ptr_eq(l.core(), &self.core)) {
+            return Err(Error::invalid(format!(
+                "every lock of a {} must come from the client that makes it",
+                P::NAME
+            )));
+        }
+        QuorumLock::new(locks)
     }
 
     /// A RedLock with the same `name` on each of `nodes`.
@@ -248,10 +251,6 @@ impl Client {
             .collect::<Result<Vec<_>>>()?;
         self.multi_lock(locks)
     }
-
-    pub(crate) fn same_as(&self, other: &Client) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
 }
 
 impl Default for Client {
@@ -263,7 +262,7 @@ impl Default for Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("id", &self.inner.id)
+            .field("id", &self.core.id)
             .field("watchdog_timeout", &self.watchdog_timeout())
             .finish()
     }

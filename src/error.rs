@@ -77,6 +77,7 @@ pub enum Unavailable {
 
 /// A multi-node operation that fell short of its quorum.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct QuorumError {
     /// The lock's name (the first part's name for a MultiLock of many names).
     pub lock: String,
@@ -90,6 +91,7 @@ pub struct QuorumError {
 
 /// One node's part of a [`QuorumError`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct NodeFailure {
     /// The node's address (no password).
     pub node: String,

@@ -1,146 +1,18 @@
-//! Proof of holding: the [`Guard`] and the per-node parts it is made of.
+//! Proof of holding: the [`Guard`] every lock type returns, made of one
+//! [`HeldPart`] per node that granted.
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use crate::detach::FinishOnDrop;
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
-use crate::lock::Lock;
 use crate::owner::Owner;
-use crate::protocol::Released;
-use crate::watchdog::Renewal;
+use crate::single::HeldPart;
+use crate::timing;
 
-/// One node's share of a hold: the lock there, the field written, and its
-/// renewal. Dropping a part that was not released releases it in the
-/// background, so a part can never be forgotten while granted.
-pub(crate) struct HeldPart {
-    pub(crate) lock: Lock,
-    pub(crate) field: Arc<str>,
-    /// `None`: renewed by the watchdog.
-    pub(crate) lease: Option<Duration>,
-    pub(crate) renewal: Option<Renewal>,
-    pub(crate) token: Option<u64>,
-    /// When the acquire request was sent: a fixed lease runs at least until
-    /// this plus the lease (the server applied the request after it).
-    pub(crate) sent_at: Instant,
-    /// When its grant arrived: a fixed lease has surely run out once this
-    /// plus the lease (and drift) is past.
-    replied_at: Instant,
-    armed: bool,
-}
-
-impl HeldPart {
-    pub(crate) fn new(
-        lock: Lock,
-        field: Arc<str>,
-        lease: Option<Duration>,
-        renewal: Option<Renewal>,
-        token: Option<u64>,
-        sent_at: Instant,
-    ) -> Self {
-        HeldPart {
-            lock,
-            field,
-            lease,
-            renewal,
-            token,
-            sent_at,
-            replied_at: Instant::now(),
-            armed: true,
-        }
-    }
-
-    pub(crate) fn node_addr(&self) -> &str {
-        self.lock.node().addr()
-    }
-
-    /// Releases this part: stops its renewal first, waits out a renewal call
-    /// under way, then sends the release. Finishes in the background if the
-    /// returned future is dropped.
-    pub(crate) fn release(mut self) -> FinishOnDrop<impl Future<Output = Result<Released>>> {
-        self.armed = false;
-        let job = self.release_job();
-        FinishOnDrop::new(job, log_failure)
-    }
-
-    fn release_job(&mut self) -> impl Future<Output = Result<Released>> + Send + 'static + use<> {
-        // A hold that is over (the watchdog found it gone, or its fixed lease
-        // surely ran out) is not released: releasing its field would lower
-        // the count of a later hold by the same owner.
-        let gone = match (&self.renewal, self.lease) {
-            (Some(renewal), _) => renewal.is_gone(),
-            (None, Some(lease)) => {
-                Instant::now() >= crate::lease::surely_expired_at(self.replied_at, lease)
-            }
-            (None, None) => false,
-        };
-        // Deregistered now, before anything is sent: no renewal may follow.
-        let watchdog = self.renewal.take().map(Renewal::stop);
-        let lock = self.lock.clone();
-        let field = self.field.clone();
-        let lease = self.lease;
-        async move {
-            if gone {
-                return Err(Error::NotHeld {
-                    lock: lock.name().to_owned(),
-                    node: lock.node().addr().to_owned(),
-                });
-            }
-            if let Some(watchdog) = watchdog {
-                watchdog.quiesce().await;
-            }
-            lock.release_field(&field, lease).await
-        }
-    }
-
-    /// Until when this part surely holds; `None` once known gone.
-    fn trusted_until(&self) -> Option<Instant> {
-        match (&self.renewal, self.lease) {
-            (Some(renewal), _) => renewal.trusted_until(),
-            (None, Some(lease)) => Some(crate::lease::trusted_until(self.sent_at, lease)),
-            (None, None) => None,
-        }
-    }
-
-    /// Resolves when this part is gone or may be: the watchdog found it
-    /// missing or could not confirm it in time, or its fixed lease ran out.
-    async fn lost(&self) {
-        match (&self.renewal, self.lease) {
-            (Some(renewal), _) => renewal.lost().await,
-            (None, Some(lease)) => {
-                tokio::time::sleep_until(crate::lease::trusted_until(self.sent_at, lease)).await
-            }
-            (None, None) => std::future::pending().await,
-        }
-    }
-}
-
-impl Drop for HeldPart {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // Dropped unpolled, it moves the whole release onto the runtime.
-        drop(FinishOnDrop::new(self.release_job(), log_failure));
-    }
-}
-
-/// What a release nobody awaits does with its outcome.
-fn log_failure(result: Result<Released>) -> futures::future::BoxFuture<'static, ()> {
-    async move {
-        if let Err(err) = result {
-            tracing::warn!(error = %err, "background release failed");
-        }
-    }
-    .boxed()
-}
-
-/// Proof that a lock is held: returned by every acquire of [`Lock`],
+/// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
 /// [`MultiLock`](crate::MultiLock) and [`RedLock`](crate::RedLock).
 ///
 /// [`Guard::unlock`] releases and reports errors; dropping the guard releases
@@ -164,28 +36,59 @@ fn log_failure(result: Result<Released>) -> futures::future::BoxFuture<'static, 
 pub struct Guard {
     owner: Owner,
     parts: Vec<HeldPart>,
-    /// Nodes of the lock, held or not.
-    nodes: usize,
-    quorum: usize,
-    valid_until: Option<Instant>,
+    shape: Shape,
+    /// With a fixed lease: until when the lock surely holds, fixed at the
+    /// grant. `None` under the watchdog (it follows the renewals).
+    fixed_valid_until: Option<Instant>,
     token: Option<u64>,
 }
 
+/// What kind of lock a guard holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// A single-node [`Lock`](crate::Lock): errors are its node's own.
+    Single,
+    /// A multi-node lock of `nodes` parts, held while `required` of them are.
+    Quorum { nodes: usize, required: usize },
+}
+
+impl Shape {
+    fn required(self) -> usize {
+        match self {
+            Shape::Single => 1,
+            Shape::Quorum { required, .. } => required,
+        }
+    }
+}
+
 impl Guard {
-    pub(crate) fn new(
+    /// The guard of a single-node hold.
+    pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
+        Guard {
+            fixed_valid_until: part
+                .lease
+                .map(|lease| timing::trusted_until(part.sent_at, lease)),
+            token: part.token,
+            owner,
+            parts: vec![part],
+            shape: Shape::Single,
+        }
+    }
+
+    /// The guard of a multi-node hold: `parts` are the nodes that granted,
+    /// `shape` says how many must stay held.
+    pub(crate) fn quorum(
         owner: Owner,
         parts: Vec<HeldPart>,
-        nodes: usize,
-        quorum: usize,
-        valid_until: Option<Instant>,
+        shape: Shape,
+        fixed_valid_until: Option<Instant>,
         token: Option<u64>,
-    ) -> Self {
+    ) -> Guard {
         Guard {
             owner,
             parts,
-            nodes,
-            quorum,
-            valid_until,
+            shape,
+            fixed_valid_until,
             token,
         }
     }
@@ -229,8 +132,7 @@ impl Guard {
     pub async fn unlock(mut self) -> Result<()> {
         let mut parts = std::mem::take(&mut self.parts);
         // A single-node lock reports its node's error as it is.
-        if self.nodes == 1
-            && parts.len() == 1
+        if self.shape == Shape::Single
             && let Some(part) = parts.pop()
         {
             return part.release().await.map(drop);
@@ -255,13 +157,13 @@ impl Guard {
                 }),
             }
         }
-        if released >= self.quorum {
+        if released >= self.shape.required() {
             Ok(())
         } else {
             Err(Error::NoQuorum(QuorumError {
                 lock: name,
                 succeeded: released,
-                required: self.quorum,
+                required: self.shape.required(),
                 failures,
             }))
         }
@@ -291,7 +193,7 @@ impl Guard {
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
         // Parts that may be lost before fewer than `quorum` remain held.
-        let spare = self.parts.len().saturating_sub(self.quorum);
+        let spare = self.parts.len().saturating_sub(self.shape.required());
         let mut lost: FuturesUnordered<_> = self.parts.iter().map(HeldPart::lost).collect();
         for _ in 0..=spare {
             if lost.next().await.is_none() {
@@ -301,7 +203,7 @@ impl Guard {
     }
 
     /// The fencing token, when the lock was made with fencing on
-    /// ([`Lock::with_fencing`]). Tokens strictly increase across successive
+    /// ([`Lock::with_fencing`](crate::Lock::with_fencing)). Tokens strictly increase across successive
     /// holders (and a re-entrant acquire gets a newer one, as in Redisson);
     /// pass it with every write the lock protects.
     pub fn fencing_token(&self) -> Option<u64> {
@@ -340,7 +242,7 @@ impl Guard {
     /// watchdog timeout, less drift). `None` once the watchdog found the lock
     /// gone on too many nodes.
     pub fn valid_until(&self) -> Option<std::time::Instant> {
-        if let Some(fixed) = self.valid_until {
+        if let Some(fixed) = self.fixed_valid_until {
             return Some(fixed.into_std());
         }
         let mut trusted: Vec<Instant> = self
@@ -350,7 +252,7 @@ impl Guard {
             .collect();
         trusted.sort_unstable_by(|a, b| b.cmp(a));
         trusted
-            .get(self.quorum.checked_sub(1)?)
+            .get(self.shape.required().checked_sub(1)?)
             .map(|t| t.into_std())
     }
 }
@@ -361,7 +263,7 @@ impl fmt::Debug for Guard {
             .field("name", &self.name())
             .field("owner", &self.owner)
             .field("nodes", &self.nodes())
-            .field("quorum", &self.quorum)
+            .field("shape", &self.shape)
             .field("fencing_token", &self.token)
             .finish()
     }
@@ -369,26 +271,45 @@ impl fmt::Debug for Guard {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::{Client, Lock, MultiLock, Node, RedLock};
 
-    fn assert_send_static<T: Send + 'static>() {}
-    fn assert_send_sync<T: Send + Sync + 'static>() {}
-
-    #[test]
-    fn guards_and_handles_move_between_tasks() {
-        assert_send_static::<Guard>();
-        assert_send_sync::<Lock>();
-        assert_send_sync::<crate::MultiLock>();
-        assert_send_sync::<crate::RedLock>();
-        assert_send_sync::<crate::Client>();
-        assert_send_sync::<crate::Node>();
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+    fn send<T: Send>(_: &T) {}
+    fn consumes_guard_into_send_static<F, Fut>(_: F)
+    where
+        F: FnOnce(Guard) -> Fut,
+        Fut: Future + Send + 'static,
+    {
     }
 
-    #[allow(dead_code)]
-    fn futures_are_send(lock: Lock, guard: Guard) {
-        fn is_send<T: Send>(_: T) {}
-        is_send(lock.lock());
-        is_send(lock.try_lock_for(Duration::ZERO, None));
-        is_send(guard.unlock());
+    /// Guards move into spawned tasks; handles are shared between them; the
+    /// futures of every acquire can be spawned (compile-time checks, run as a
+    /// test so a regression fails the suite, not a dead function).
+    #[test]
+    fn guards_handles_and_futures_move_between_tasks() {
+        send_sync_static::<Guard>();
+        send_sync_static::<Lock>();
+        send_sync_static::<MultiLock>();
+        send_sync_static::<RedLock>();
+        send_sync_static::<Client>();
+        send_sync_static::<Node>();
+        consumes_guard_into_send_static(Guard::unlock);
+
+        let client = Client::new();
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let lock = client.lock(&node, "x").unwrap();
+        let red = client.red_lock_on(&[node], "x").unwrap();
+        let wait = Duration::ZERO;
+        send(&lock.lock());
+        send(&lock.lock_with_lease(wait));
+        send(&lock.try_lock());
+        send(&lock.try_lock_for(wait, None));
+        send(&lock.force_unlock());
+        send(&red.lock());
+        send(&red.try_lock_for(wait, None));
+        send(&red.force_unlock());
     }
 }

@@ -3,32 +3,33 @@
 #![warn(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-mod api;
 mod client;
-mod detach;
+mod client_core;
+mod distributed_lock;
 mod error;
+mod finish_on_drop;
 mod guard;
-mod lease;
-mod lock;
-mod multi;
 mod node;
 mod owner;
 mod protocol;
+mod quorum;
+mod single;
+mod timing;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use api::DistributedLock;
 pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
+pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;
-pub use lease::MAX_LEASE;
-pub use lock::Lock;
-pub use multi::{
-    All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,
-};
 pub use node::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node, NodeBuilder,
 };
 pub use owner::Owner;
+pub use quorum::{
+    All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,
+};
+pub use single::Lock;
+pub use timing::MAX_LEASE;

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
 
+use crate::timing::{millis, ttl_from_pttl};
+
 /// Message published on the lock's channel when it is released.
 const UNLOCK_MESSAGE: &str = "0";
 
@@ -102,10 +104,6 @@ fn prefixed(prefix: &str, name: &str) -> String {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    d.as_millis().min(u64::MAX as u128) as u64
-}
-
 /// What an acquire request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquired {
@@ -124,12 +122,6 @@ pub(crate) enum Released {
     StillHeld,
     /// The key was deleted and waiters were told.
     Deleted,
-}
-
-/// A PTTL reply as a TTL: `None` for a key without expiry (-1) or without
-/// existence (-2).
-pub(crate) fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
-    (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
 }
 
 // ---------------------------------------------------------------------------

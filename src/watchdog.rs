@@ -55,7 +55,8 @@ type EntryKey = (String, Arc<str>);
 
 struct Entry {
     holds: usize,
-    lost: watch::Sender<Standing>,
+    /// Every renewal's outcome, for the guards of this hold.
+    standing: watch::Sender<Standing>,
 }
 
 /// What a guard knows about its lock on one node.
@@ -73,7 +74,7 @@ struct Standing {
 pub(crate) struct Renewal {
     dog: Arc<NodeWatchdog>,
     key: EntryKey,
-    lost: watch::Receiver<Standing>,
+    standing: watch::Receiver<Standing>,
     stopped: bool,
 }
 
@@ -95,7 +96,7 @@ impl Watchdogs {
         node: &Node,
         key: &str,
         field: &Arc<str>,
-        granted_at: Instant,
+        sent_at: Instant,
     ) -> Renewal {
         let dog = self
             .by_node
@@ -111,27 +112,28 @@ impl Watchdogs {
                 })
             })
             .clone();
-        dog.register((key.to_owned(), field.clone()), granted_at)
+        dog.register((key.to_owned(), field.clone()), sent_at)
     }
 }
 
 impl NodeWatchdog {
-    fn register(self: &Arc<Self>, key: EntryKey, granted_at: Instant) -> Renewal {
-        let expires = self.expiry(granted_at);
+    /// `sent_at`: when the acquire that set the TTL was sent.
+    fn register(self: &Arc<Self>, key: EntryKey, sent_at: Instant) -> Renewal {
+        let expires = self.expiry(sent_at);
         let mut entries = self.entries.lock().unwrap();
         let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
             holds: 0,
-            lost: watch::channel(Standing {
+            standing: watch::channel(Standing {
                 gone: false,
                 expires,
             })
             .0,
         });
         entry
-            .lost
+            .standing
             .send_modify(|s| s.expires = s.expires.max(expires));
         entry.holds += 1;
-        let lost = entry.lost.subscribe();
+        let standing = entry.standing.subscribe();
         if !entries.timer_running {
             entries.timer_running = true;
             tokio::spawn(
@@ -144,14 +146,14 @@ impl NodeWatchdog {
         Renewal {
             dog: self.clone(),
             key,
-            lost,
+            standing,
             stopped: false,
         }
     }
 
     /// When a TTL set by a request sent at `sent_at` may have run out.
     fn expiry(&self, sent_at: Instant) -> Instant {
-        crate::lease::trusted_until(sent_at, self.timeout)
+        crate::timing::trusted_until(sent_at, self.timeout)
     }
 
     /// Waits until no renewal call is under way on this node.
@@ -201,11 +203,11 @@ impl NodeWatchdog {
                         if !ok {
                             if let Some(entry) = entries.by_lock.remove(key) {
                                 tracing::warn!(lock = %key.0, "lock found gone during renewal");
-                                entry.lost.send_modify(|s| s.gone = true);
+                                entry.standing.send_modify(|s| s.gone = true);
                             }
                         } else if let Some(entry) = entries.by_lock.get(key) {
                             entry
-                                .lost
+                                .standing
                                 .send_modify(|s| s.expires = s.expires.max(expires));
                         }
                     }
@@ -223,16 +225,16 @@ impl Renewal {
     /// succeeded for so long that the lock may have expired on the node
     /// (the node is unreachable: a partition, a crash).
     pub(crate) async fn lost(&self) {
-        let mut lost = self.lost.clone();
+        let mut updates = self.standing.clone();
         loop {
-            let standing = *lost.borrow_and_update();
+            let standing = *updates.borrow_and_update();
             if standing.gone {
                 return;
             }
             tokio::select! {
                 // A closed channel means the entry was dropped, which only
                 // happens once the lock is gone.
-                changed = lost.changed() => if changed.is_err() { return },
+                changed = updates.changed() => if changed.is_err() { return },
                 _ = tokio::time::sleep_until(standing.expires) => return,
             }
         }
@@ -241,13 +243,13 @@ impl Renewal {
     /// True once a renewal found the lock gone: this hold is over for good,
     /// and the field, if present again, belongs to a later hold.
     pub(crate) fn is_gone(&self) -> bool {
-        self.lost.borrow().gone
+        self.standing.borrow().gone
     }
 
     /// Until when the lock surely lives on its node (its last renewal plus
     /// the lease, less drift); `None` once a renewal found it gone.
     pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        let standing = *self.lost.borrow();
+        let standing = *self.standing.borrow();
         (!standing.gone).then_some(standing.expires)
     }
 
@@ -267,7 +269,7 @@ impl Renewal {
         // Only the entry this hold joined: after a loss, the same owner may
         // have taken the lock again under a fresh entry.
         if let Some(entry) = entries.by_lock.get_mut(&self.key)
-            && self.lost.same_channel(&entry.lost.subscribe())
+            && self.standing.same_channel(&entry.standing.subscribe())
         {
             entry.holds -= 1;
             if entry.holds == 0 {

@@ -216,12 +216,6 @@ impl Node {
         self.inner.response_timeout
     }
 
-    /// True when both handles are the same node (clones of one `Node`), or
-    /// point at the same address.
-    pub(crate) fn same_server(&self, other: &Node) -> bool {
-        self.inner.id == other.inner.id || self.inner.addr == other.inner.addr
-    }
-
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }

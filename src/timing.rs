@@ -1,17 +1,35 @@
-//! How long a lease can be trusted from the client's side.
+//! All duration arithmetic: leases, clock drift, validity, deadlines and
+//! TTL replies.
 //!
 //! A key's TTL runs on the server's clock from when the server applied the
 //! request, which is after the client sent it; the client only knows when
 //! it sent. So a TTL of `lease` set by a request sent at `t` surely runs until
-//! `t + lease`, less an allowance for the drift between the two clocks.
+//! `t + lease`, less an allowance for the drift between the two clocks. Every
+//! instant here is on tokio's monotonic clock: a wall-clock jump changes
+//! nothing.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::error::{Error, Result};
+
 /// The longest lease or watchdog timeout accepted: ten years. Beyond it,
 /// a TTL in milliseconds overflows what Redis can set.
 pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Checks a lease given by the caller: from 1 ms to [`MAX_LEASE`].
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid("lease must be at least 1 ms"));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(
+            "lease must be at most ten years (MAX_LEASE)",
+        ));
+    }
+    Ok(())
+}
 
 /// `started + wait`, or a deadline too far to matter when that overflows
 /// (`Duration::MAX` means "no limit").
@@ -48,6 +66,17 @@ pub(crate) fn surely_expired_at(replied_at: Instant, lease: Duration) -> Instant
     replied_at + lease + drift(lease)
 }
 
+/// A PTTL reply as a TTL: `None` for a key without expiry (-1) or without
+/// existence (-2).
+pub(crate) fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
+    (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+}
+
+/// A duration in whole milliseconds, as Redis takes it.
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +92,33 @@ mod tests {
         assert_eq!(validity(lease, Duration::from_millis(9898)), None);
         assert_eq!(validity(lease, Duration::from_secs(11)), None);
         assert_eq!(validity(Duration::from_millis(2), Duration::ZERO), None);
+    }
+
+    #[test]
+    fn leases_are_bounded() {
+        assert!(check_lease(Duration::ZERO).is_err());
+        assert!(check_lease(Duration::from_micros(999)).is_err());
+        assert!(check_lease(Duration::from_millis(1)).is_ok());
+        assert!(check_lease(MAX_LEASE).is_ok());
+        assert!(check_lease(MAX_LEASE + Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn pttl_replies() {
+        assert_eq!(ttl_from_pttl(1500), Some(Duration::from_millis(1500)));
+        assert_eq!(ttl_from_pttl(0), Some(Duration::ZERO));
+        assert_eq!(ttl_from_pttl(-1), None);
+        assert_eq!(ttl_from_pttl(-2), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_saturate() {
+        let now = Instant::now();
+        assert_eq!(
+            deadline(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
+        assert!(deadline(now, Duration::MAX) > now + MAX_LEASE);
     }
 
     #[tokio::test(start_paused = true)]

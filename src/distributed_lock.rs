@@ -5,12 +5,25 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::Guard;
-use crate::lock::Lock;
-use crate::multi::{QuorumLock, QuorumPolicy};
+use crate::quorum::{QuorumLock, QuorumPolicy};
+use crate::single::Lock;
 
 /// The methods [`Lock`], [`MultiLock`](crate::MultiLock) and
-/// [`RedLock`](crate::RedLock) share; each forwards to the inherent method of
-/// the same name, whose documentation (errors, cancel safety) applies.
+/// [`RedLock`](crate::RedLock) share, so code can take any of them. Each
+/// forwards to the inherent method of the same name.
+///
+/// The three keep one contract, with one difference: what a *node failure*
+/// does. On a single-node [`Lock`] the node's error is the caller's
+/// ([`Error::NodeUnavailable`](crate::Error::NodeUnavailable) /
+/// [`Error::Redis`](crate::Error::Redis)); a quorum lock tolerates failures
+/// of the nodes beyond its quorum and reports the rest as
+/// [`Error::NoQuorum`](crate::Error::NoQuorum), naming every node. For the
+/// quorum locks, "held" means held on a quorum of their nodes (all for a
+/// MultiLock, N/2+1 for a RedLock).
+///
+/// Cancel safety is the same for all: dropping an acquire future at any
+/// point leaves nothing held (a grant in flight is released in the
+/// background), and dropping a [`Guard`] releases it.
 ///
 /// # Examples
 ///
@@ -29,27 +42,53 @@ use crate::multi::{QuorumLock, QuorumPolicy};
 /// }
 /// ```
 pub trait DistributedLock: Clone + Send + Sync + 'static {
-    /// See [`Lock::lock`].
+    /// Acquires, waiting as long as it takes; the guard's holds are renewed
+    /// by the client's watchdog while it lives.
+    ///
+    /// A `Lock` returns its node's error when the node fails; a quorum lock
+    /// retries node failures until granted (Redisson's semantics), so it
+    /// returns an error only for bad input. See [`Lock::lock`] and
+    /// [`QuorumLock::lock`](crate::QuorumLock::lock).
     fn lock(&self) -> impl Future<Output = Result<Guard>> + Send;
-    /// See [`Lock::lock_with_lease`].
+
+    /// As [`DistributedLock::lock`], with a fixed lease and no renewal.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease
+    /// under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE).
     fn lock_with_lease(&self, lease: Duration) -> impl Future<Output = Result<Guard>> + Send;
-    /// See [`Lock::try_lock`].
+
+    /// One attempt (one round on every node), no waiting; `None` when
+    /// someone else holds the lock. Node failures: the node's error for a
+    /// `Lock`; `NoQuorum` for a quorum lock when they made its quorum
+    /// unreachable.
     fn try_lock(&self) -> impl Future<Output = Result<Option<Guard>>> + Send;
-    /// See [`Lock::try_lock_for`].
+
+    /// Tries for at most `wait` (`lease`: a fixed lease, or `None` for the
+    /// watchdog); `None` when not granted in time. Node failures as
+    /// [`DistributedLock::try_lock`], judged at the end of the wait.
     fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<Guard>>> + Send;
-    /// See [`Lock::force_unlock`].
+
+    /// Deletes the lock whoever holds it and wakes its waiters; whether it
+    /// was held (on a quorum of nodes, for a quorum lock).
     fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send;
-    /// See [`Lock::is_locked`].
+
+    /// Whether anyone holds the lock (on a quorum of nodes, for a quorum
+    /// lock).
     fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send;
-    /// See [`Lock::hold_count`].
+
+    /// How many times the handle's owner holds the lock (the count a quorum
+    /// of nodes has at least, for a quorum lock); 0 when not.
     fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send;
-    /// See [`Lock::remaining_ttl`].
+
+    /// The lock's remaining time to live (the TTL a quorum of nodes has at
+    /// least, for a quorum lock); `None` when it is not held.
     fn remaining_ttl(&self) -> impl Future<Output = Result<Option<Duration>>> + Send;
-    /// See [`Lock::is_held_by_current_owner`].
+
+    /// Whether the handle's owner holds the lock (on a quorum of nodes, for
+    /// a quorum lock).
     fn is_held_by_current_owner(&self) -> impl Future<Output = Result<bool>> + Send;
 }
 

@@ -1,24 +1,25 @@
-//! The single-node reentrant lock, wire-compatible with Redisson's `RLock`.
+//! The single-node reentrant lock, wire-compatible with Redisson's `RLock`:
+//! its configuration, its queries and its public acquire methods. How an
+//! acquire waits, sends and rolls back is in [`acquire`]; a hold and its
+//! release are in [`hold`].
+
+mod acquire;
+mod hold;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use tokio::time::Instant;
-use tracing::Instrument;
-
-use crate::client::Client;
-use crate::detach::FinishOnDrop;
+use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
-use crate::guard::{Guard, HeldPart};
-use crate::node::{Conn, Node};
+use crate::guard::Guard;
+use crate::node::Node;
 use crate::owner::Owner;
-use crate::protocol::{self, Acquired, Call, LockKeys, Released};
+use crate::protocol::{self, LockKeys};
+use crate::timing::check_lease;
 
-/// Longest single wait when the lock's TTL is unknown (a key without expiry):
-/// bounds the cost of a lost unlock message.
-const MAX_BLIND_WAIT: Duration = Duration::from_secs(1);
+pub(crate) use acquire::Attempt;
+pub(crate) use hold::HeldPart;
 
 /// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
 ///
@@ -68,7 +69,7 @@ pub struct Lock {
 
 #[derive(Clone)]
 struct LockInner {
-    client: Client,
+    core: Arc<ClientCore>,
     node: Node,
     keys: LockKeys,
     /// Fencing tokens are on.
@@ -77,21 +78,14 @@ struct LockInner {
     replica_sync: Option<(u32, Duration)>,
 }
 
-/// One acquire attempt on one node.
-pub(crate) enum Attempt {
-    Granted(HeldPart),
-    /// Held by someone else, with the key's remaining TTL when it has one.
-    Taken(Option<Duration>),
-}
-
 impl Lock {
-    pub(crate) fn new(client: Client, node: Node, name: String) -> Result<Lock> {
+    pub(crate) fn new(core: Arc<ClientCore>, node: Node, name: String) -> Result<Lock> {
         if name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
         Ok(Lock {
             inner: Arc::new(LockInner {
-                client,
+                core,
                 node,
                 keys: LockKeys::new(&name),
                 fenced: false,
@@ -115,8 +109,14 @@ impl Lock {
         &self.inner.keys
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.inner.client
+    /// The client this lock was made by.
+    pub(crate) fn core(&self) -> &Arc<ClientCore> {
+        &self.inner.core
+    }
+
+    /// The lease of holds taken without one (the client's watchdog timeout).
+    pub(crate) fn watchdog_timeout(&self) -> Duration {
+        self.inner.core.watchdog_timeout()
     }
 
     /// This handle bound to an explicit owner: every acquire through it holds
@@ -136,6 +136,7 @@ impl Lock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_owner(&self, owner: Owner) -> Lock {
         Lock {
             inner: self.inner.clone(),
@@ -158,6 +159,7 @@ impl Lock {
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Lock {
         self.rebuilt(|inner| inner.fenced = true)
     }
@@ -189,6 +191,7 @@ impl Lock {
     ///     .with_replica_sync(1, Duration::from_millis(100))?;
     /// # Ok::<(), multilock::Error>(())
     /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_replica_sync(&self, replicas: u32, timeout: Duration) -> Result<Lock> {
         if replicas == 0 {
             return Err(Error::invalid("replica sync needs at least one replica"));
@@ -220,7 +223,7 @@ impl Lock {
     }
 
     fn field(&self, owner: &Owner) -> Arc<str> {
-        protocol::field(self.inner.client.id(), owner.as_str())
+        protocol::field(&self.inner.core.id, owner.as_str())
     }
 
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
@@ -346,270 +349,9 @@ impl Lock {
         self.acquire(Some(wait), lease).await
     }
 
-    async fn acquire(
-        &self,
-        wait: Option<Duration>,
-        lease: Option<Duration>,
-    ) -> Result<Option<Guard>> {
-        let owner = self.owner();
-        let started = Instant::now();
-        let deadline = wait.map(|w| crate::lease::deadline(started, w));
-        let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
-        async move {
-            let outcome = self.wait_for_grant(&owner, lease, deadline).await;
-            let elapsed_us = started.elapsed().as_micros() as u64;
-            match &outcome {
-                Ok(Some(_)) => tracing::debug!(elapsed_us, "acquired"),
-                Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
-                Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
-            }
-            outcome.map(|part| {
-                part.map(|part| {
-                    let valid_until = part
-                        .lease
-                        .map(|lease| crate::lease::trusted_until(part.sent_at, lease));
-                    let token = part.token;
-                    Guard::new(owner, vec![part], 1, 1, valid_until, token)
-                })
-            })
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Attempt; subscribe; then attempt again after every wake-up (unlock
-    /// message, or the holder's TTL) until granted or past the deadline.
-    async fn wait_for_grant(
-        &self,
-        owner: &Owner,
-        lease: Option<Duration>,
-        deadline: Option<Instant>,
-    ) -> Result<Option<HeldPart>> {
-        if let Attempt::Granted(part) = self.attempt(owner, lease).await? {
-            return Ok(Some(part));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        // Subscribe before the next attempt: a release between that attempt
-        // and the wait below is then a message we receive.
-        let patience = deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        let subscription = self
-            .inner
-            .node
-            .subscribe(&self.inner.keys.channel, patience)
-            .await;
-        loop {
-            let woken = subscription.wake().notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let ttl = match self.attempt(owner, lease).await? {
-                Attempt::Granted(part) => return Ok(Some(part)),
-                Attempt::Taken(ttl) => ttl,
-            };
-            let mut nap = ttl.unwrap_or(MAX_BLIND_WAIT);
-            if let Some(deadline) = deadline {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Ok(None);
-                }
-                nap = nap.min(deadline - now);
-            }
-            tokio::select! {
-                _ = &mut woken => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
-        }
-    }
-
-    /// One acquire request. If the caller goes away while it is in flight,
-    /// the request still completes and a grant is released; if its outcome
-    /// is unknown (timeout, broken connection), it is rolled back in the
-    /// background on the same connection, behind the request.
-    pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
-        let field = self.field(owner);
-        let sent_at = Instant::now();
-        let request = self.clone().send_acquire(field.clone(), lease);
-        let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
-        let rollback = sent.rollback_patience();
-        match sent.reply {
-            Ok(Acquired::Granted(token)) => {
-                // No await between the grant and the part: from here on,
-                // dropping releases.
-                let renewal = lease.is_none().then(|| {
-                    self.inner.client.inner().watchdogs.register(
-                        &self.inner.node,
-                        &self.inner.keys.name,
-                        &field,
-                        sent_at,
-                    )
-                });
-                Ok(Attempt::Granted(HeldPart::new(
-                    self.clone(),
-                    field,
-                    lease,
-                    renewal,
-                    token,
-                    sent_at,
-                )))
-            }
-            Ok(Acquired::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
-            Err(err) => {
-                if let Some(patience) = rollback {
-                    tokio::spawn(sent.undo.roll_back(self.clone(), field, lease, patience));
-                }
-                Err(err)
-            }
-        }
-    }
-
-    /// Sends the acquire script. Owns everything it needs, so it can finish
-    /// on its own, and keeps its connection for a rollback.
-    async fn send_acquire(self, field: Arc<str>, lease: Option<Duration>) -> SentAcquire {
-        let mut sent = SentAcquire {
-            reply: Ok(Acquired::Taken(None)),
-            undo: Undo::default(),
-            lock: self,
-            field,
-            lease,
-        };
-        // WAIT blocks its connection: take one nobody shares.
-        let node = &sent.lock.inner.node;
-        let checkout = match sent.lock.inner.replica_sync {
-            None => node.checkout().await,
-            Some(_) => node.checkout_exclusive().await,
-        };
-        let mut conn = match checkout {
-            Ok(conn) => conn,
-            Err(err) => {
-                sent.reply = Err(err);
-                return sent;
-            }
-        };
-        let lock = &sent.lock;
-        let lease = lock.lease(lease);
-        let acquire = if lock.inner.fenced {
-            protocol::acquire_fenced(&lock.inner.keys, &sent.field, lease)
-        } else {
-            protocol::acquire(&lock.inner.keys, &sent.field, lease)
-        };
-        sent.reply = conn.run(&acquire).await;
-        sent.undo.granted = matches!(sent.reply, Ok(Acquired::Granted(_)));
-        if let (true, Some((replicas, timeout))) = (sent.undo.granted, lock.inner.replica_sync)
-            && let Err(err) = lock
-                .sync_replicas(
-                    &mut conn,
-                    &mut sent.undo.release,
-                    &sent.field,
-                    sent.lease,
-                    replicas,
-                    timeout,
-                )
-                .await
-        {
-            sent.reply = Err(err);
-        }
-        sent.undo.conn = Some(conn);
-        sent
-    }
-
-    /// `WAIT` for the grant just made on `conn` to reach `replicas`; when it
-    /// does not, release it again (same connection, so in order). The
-    /// release is kept in `sent_release`: if its outcome is unknown, the
-    /// rollback resends that very request, whose unlock latch then answers
-    /// for it instead of releasing a second hold.
-    async fn sync_replicas(
-        &self,
-        conn: &mut Conn,
-        sent_release: &mut Option<Call<Released>>,
-        field: &str,
-        lease: Option<Duration>,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<()> {
-        let wait = protocol::wait_for_replicas(replicas, timeout);
-        let patience = timeout + self.inner.node.response_timeout();
-        let acknowledged = conn.run_patiently(&wait, patience).await?;
-        if acknowledged >= replicas {
-            return Ok(());
-        }
-        let release = sent_release.insert(self.release_call(field, lease));
-        match self
-            .traced_release(conn.run_patiently(release, self.inner.node.response_timeout()))
-            .await
-        {
-            // Gone already (its lease ran out during the WAIT): released too.
-            Ok(_) | Err(Error::NotHeld { .. }) => {}
-            Err(err) => return Err(err),
-        }
-        Err(Error::ReplicaSync {
-            lock: self.inner.keys.name.clone(),
-            node: self.inner.node.addr().to_owned(),
-            required: replicas,
-            acknowledged,
-        })
-    }
-
     /// The lease a request sets: the given one, else the watchdog's.
     fn lease(&self, lease: Option<Duration>) -> Duration {
-        lease.unwrap_or_else(|| self.inner.client.watchdog_timeout())
-    }
-
-    fn release_call(&self, field: &str, lease: Option<Duration>) -> Call<Released> {
-        protocol::release(
-            &self.inner.keys,
-            field,
-            self.lease(lease),
-            &protocol::new_request_id(),
-        )
-    }
-
-    /// Releases one hold of `field`. A release whose outcome is unknown
-    /// (timeout, broken connection) is retried once with the same request
-    /// id: the unlock latch makes the retry return the first result.
-    pub(crate) async fn release_field(
-        &self,
-        field: &str,
-        lease: Option<Duration>,
-    ) -> Result<Released> {
-        let release = self.release_call(field, lease);
-        self.traced_release(async {
-            // One call site in a loop: the future holds one request's state,
-            // not two.
-            let mut retried = false;
-            loop {
-                let reply = self.inner.node.run(&release).await;
-                match reply {
-                    Err(err) if err.outcome_unknown() && !retried => retried = true,
-                    reply => break reply,
-                }
-            }
-        })
-        .await
-    }
-
-    async fn traced_release(
-        &self,
-        release: impl Future<Output = Result<Released>>,
-    ) -> Result<Released> {
-        let started = Instant::now();
-        let span = tracing::debug_span!("release", lock = %self.inner.keys.name, node = %self.inner.node.addr());
-        let outcome = match release.instrument(span.clone()).await {
-            Ok(Released::NotHeld) => Err(Error::NotHeld {
-                lock: self.inner.keys.name.clone(),
-                node: self.inner.node.addr().to_owned(),
-            }),
-            Ok(released) => Ok(released),
-            Err(err) => Err(err),
-        };
-        let elapsed_us = started.elapsed().as_micros() as u64;
-        span.in_scope(|| match &outcome {
-            Ok(released) => tracing::debug!(elapsed_us, ?released, "released"),
-            Err(err) => tracing::debug!(elapsed_us, error = %err, "release failed"),
-        });
-        outcome
+        lease.unwrap_or_else(|| self.watchdog_timeout())
     }
 
     /// Deletes the lock whoever holds it, and wakes its waiters. Returns
@@ -760,93 +502,5 @@ impl fmt::Debug for Lock {
             .field("fenced", &self.is_fenced())
             .field("replica_sync", &self.inner.replica_sync)
             .finish()
-    }
-}
-
-pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease < Duration::from_millis(1) {
-        return Err(Error::invalid("lease must be at least 1 ms"));
-    }
-    if lease > crate::lease::MAX_LEASE {
-        return Err(Error::invalid(
-            "lease must be at most ten years (MAX_LEASE)",
-        ));
-    }
-    Ok(())
-}
-
-/// An acquire request that was sent, with its connection and reply.
-struct SentAcquire {
-    lock: Lock,
-    field: Arc<str>,
-    lease: Option<Duration>,
-    undo: Undo,
-    reply: Result<Acquired>,
-}
-
-/// What a rollback of an acquire goes through: the acquire's own
-/// connection, and a release already sent on it whose outcome is unknown.
-#[derive(Default)]
-struct Undo {
-    /// The acquire itself was granted (whatever came after it).
-    granted: bool,
-    conn: Option<Conn>,
-    release: Option<Call<Released>>,
-}
-
-impl SentAcquire {
-    /// Whether this acquire must be undone if nobody holds it, and how long
-    /// the release may wait for its reply: a grant, briefly; a request that
-    /// got no answer, as long as its lease, the longest it could matter.
-    fn rollback_patience(&self) -> Option<Duration> {
-        let node = &self.lock.inner.node;
-        match &self.reply {
-            Ok(Acquired::Granted(_)) => Some(node.response_timeout()),
-            Err(err) if err.outcome_unknown() => {
-                Some(self.lock.lease(self.lease).max(node.response_timeout()))
-            }
-            // Granted, then released by the replica check itself.
-            Err(Error::ReplicaSync { .. }) => None,
-            // Granted, then the replica check failed: still held.
-            Err(_) if self.undo.granted => Some(node.response_timeout()),
-            _ => None,
-        }
-    }
-
-    /// Nobody takes this reply: undo whatever it may have done.
-    async fn settle(self) {
-        if let Some(patience) = self.rollback_patience() {
-            let lock = self.lock;
-            self.undo
-                .roll_back(lock, self.field, self.lease, patience)
-                .await;
-        }
-    }
-}
-
-impl Undo {
-    /// Releases an acquire nobody will hold. The release goes on the
-    /// acquire's own connection, so it is applied after the acquire even
-    /// when the node was paused in between.
-    async fn roll_back(
-        self,
-        lock: Lock,
-        field: Arc<str>,
-        lease: Option<Duration>,
-        patience: Duration,
-    ) {
-        let Some(mut conn) = self.conn else {
-            return;
-        };
-        let release = self
-            .release
-            .unwrap_or_else(|| lock.release_call(&field, lease));
-        match lock
-            .traced_release(conn.run_patiently(&release, patience))
-            .await
-        {
-            Ok(_) | Err(Error::NotHeld { .. }) => {}
-            Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
-        }
     }
 }

@@ -1,0 +1,31 @@
+//! What a lock needs from the client that made it: the client's id (the
+//! first half of every hash field it writes) and its watchdogs. Locks hold
+//! this, not the [`Client`](crate::Client) facade, so the facade can make
+//! locks without the locks knowing the facade.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::watchdog::Watchdogs;
+
+/// The shared state of one client.
+pub(crate) struct ClientCore {
+    /// The client's uuid.
+    pub(crate) id: String,
+    /// One renewal timer per node.
+    pub(crate) watchdogs: Watchdogs,
+}
+
+impl ClientCore {
+    pub(crate) fn new(id: String, watchdog_timeout: Duration) -> Arc<ClientCore> {
+        Arc::new(ClientCore {
+            id,
+            watchdogs: Watchdogs::new(watchdog_timeout),
+        })
+    }
+
+    /// The lease of holds taken without one, renewed while held.
+    pub(crate) fn watchdog_timeout(&self) -> Duration {
+        self.watchdogs.timeout()
+    }
+}
