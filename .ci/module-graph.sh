@@ -17,9 +17,18 @@ edges=$(
   done | sort -u
 )
 echo "$edges"
-echo "--- cycles (pairs that import each other):"
-echo "$edges" | while read -r a b; do
+echo "--- pairs that import each other:"
+pairs=$(echo "$edges" | while read -r a b; do
   if echo "$edges" | grep -qx "$b $a" && [[ "$a" < "$b" ]]; then echo "$a <-> $b"; fi
-done
-echo "--- longer cycles (tsort):"
-echo "$edges" | grep -vE '^(single guard|guard single)$' | tsort >/dev/null && echo none
+done)
+echo "$pairs"
+if [ "$pairs" != "guard <-> single" ]; then
+  echo "error: the only allowed cycle is guard <-> single" >&2
+  exit 1
+fi
+echo "--- any other cycle (tsort without the allowed pair):"
+if ! echo "$edges" | grep -vE '^(single guard|guard single)$' | tsort >/dev/null; then
+  echo "error: a cycle besides guard <-> single" >&2
+  exit 1
+fi
+echo none
