@@ -85,6 +85,8 @@ pub struct QuorumError {
     pub succeeded: usize,
     /// Nodes required.
     pub required: usize,
+    /// Nodes of the lock.
+    pub nodes: usize,
     /// Every node that did not, and why.
     pub failures: Vec<NodeFailure>,
 }
@@ -116,7 +118,11 @@ impl Error {
 
     /// Classifies a redis-rs error raised while talking to `node`.
     pub(crate) fn from_redis(node: &str, err: redis::RedisError) -> Self {
-        let reason = if err.is_timeout() {
+        // A refused password is the server's answer, not a broken link
+        // (redis-rs files it under "reconnect").
+        let reason = if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            None
+        } else if err.is_timeout() {
             Some(Unavailable::Timeout)
         } else if err.is_connection_refusal() {
             Some(Unavailable::Refused)
@@ -141,6 +147,22 @@ impl Error {
     /// True for [`Error::NodeUnavailable`].
     pub fn is_node_unavailable(&self) -> bool {
         matches!(self, Error::NodeUnavailable { .. })
+    }
+
+    /// True when trying again cannot help: bad input, or the server refused
+    /// the request for good (a wrong password, an ACL refusal, the lock's key
+    /// holding another type). Not for answers that pass: loading, a replica
+    /// mid-failover (`READONLY`), `TRYAGAIN`, `MASTERDOWN`.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::InvalidArgument(_) => true,
+            Error::Redis { source, .. } => {
+                source.kind() == redis::ErrorKind::AuthenticationFailed
+                    || matches!(source.retry_method(), redis::RetryMethod::NoRetry)
+            }
+            Error::NoQuorum(q) => q.is_permanent(),
+            _ => false,
+        }
     }
 
     /// True when a request may have been applied although no reply came back
@@ -225,6 +247,19 @@ impl fmt::Display for QuorumError {
             }
         }
         Ok(())
+    }
+}
+
+impl QuorumError {
+    /// True when the nodes that failed for good ([`Error::is_permanent`])
+    /// are enough on their own to keep the quorum out of reach.
+    pub fn is_permanent(&self) -> bool {
+        let permanent = self
+            .failures
+            .iter()
+            .filter(|f| matches!(&f.cause, FailureCause::Failed(e) if e.is_permanent()))
+            .count();
+        permanent > 0 && self.nodes.saturating_sub(permanent) < self.required
     }
 }
 

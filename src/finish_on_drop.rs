@@ -45,12 +45,19 @@ where
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let Some(request) = self.request.as_mut() else {
+        // Taken out while it is polled: if the poll panics, nothing is left
+        // for `Drop` to move onto the runtime, which would poll a future
+        // that panicked ("`async fn` resumed after panicking").
+        let Some(mut request) = self.request.take() else {
             return Poll::Pending;
         };
-        let out = std::task::ready!(request.as_mut().poll(cx));
-        self.request = None;
-        Poll::Ready(out)
+        match request.as_mut().poll(cx) {
+            Poll::Ready(out) => Poll::Ready(out),
+            Poll::Pending => {
+                self.request = Some(request);
+                Poll::Pending
+            }
+        }
     }
 }
 
@@ -73,5 +80,64 @@ where
                 "request abandoned outside a runtime; its lock expires with its lease"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    /// A request that panics is not polled again when its future is dropped.
+    #[tokio::test]
+    async fn a_request_that_panicked_is_not_polled_again() {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = polls.clone();
+        let request = async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            counted.fetch_add(1, Ordering::SeqCst);
+            panic!("the request panics on its second poll");
+        };
+        let mut finishing = Box::pin(FinishOnDrop::new(request, |()| async {}.boxed()));
+        assert!(futures::poll!(finishing.as_mut()).is_pending());
+        let panicked = std::panic::AssertUnwindSafe(finishing.as_mut())
+            .catch_unwind()
+            .await;
+        assert!(panicked.is_err());
+        drop(finishing);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert_eq!(polls.load(Ordering::SeqCst), 2, "no poll after the panic");
+    }
+
+    /// A request dropped before it finished completes on the runtime, and
+    /// its output goes to `abandoned`.
+    #[tokio::test]
+    async fn a_dropped_request_finishes_in_the_background() {
+        static OUTPUT: AtomicUsize = AtomicUsize::new(0);
+        let request = async {
+            tokio::task::yield_now().await;
+            7
+        };
+        let mut finishing = Box::pin(FinishOnDrop::new(request, |out| {
+            async move {
+                OUTPUT.store(out, Ordering::SeqCst);
+            }
+            .boxed()
+        }));
+        assert!(futures::poll!(finishing.as_mut()).is_pending());
+        drop(finishing);
+        for _ in 0..100 {
+            if OUTPUT.load(Ordering::SeqCst) == 7 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the abandoned request never finished");
     }
 }

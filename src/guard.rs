@@ -2,6 +2,7 @@
 //! [`HeldPart`] per node that granted.
 
 use std::fmt;
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -37,9 +38,6 @@ pub struct Guard {
     owner: Owner,
     parts: Vec<HeldPart>,
     shape: Shape,
-    /// With a fixed lease: until when the lock surely holds, fixed at the
-    /// grant. `None` under the watchdog (it follows the renewals).
-    fixed_valid_until: Option<Instant>,
     token: Option<u64>,
 }
 
@@ -48,8 +46,13 @@ pub struct Guard {
 pub(crate) enum Shape {
     /// A single-node [`Lock`](crate::Lock): errors are its node's own.
     Single,
-    /// A multi-node lock of `nodes` parts, held while `required` of them are.
-    Quorum { nodes: usize, required: usize },
+    /// A multi-node lock of `nodes` parts, held while `required` of them
+    /// are; each node's request gets `node_timeout`.
+    Quorum {
+        nodes: usize,
+        required: usize,
+        node_timeout: Duration,
+    },
 }
 
 impl Shape {
@@ -59,15 +62,19 @@ impl Shape {
             Shape::Quorum { required, .. } => required,
         }
     }
+
+    fn nodes(self) -> usize {
+        match self {
+            Shape::Single => 1,
+            Shape::Quorum { nodes, .. } => nodes,
+        }
+    }
 }
 
 impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
         Guard {
-            fixed_valid_until: part
-                .lease
-                .map(|lease| timing::trusted_until(part.sent_at, lease)),
             token: part.token,
             owner,
             parts: vec![part],
@@ -81,14 +88,12 @@ impl Guard {
         owner: Owner,
         parts: Vec<HeldPart>,
         shape: Shape,
-        fixed_valid_until: Option<Instant>,
         token: Option<u64>,
     ) -> Guard {
         Guard {
             owner,
             parts,
             shape,
-            fixed_valid_until,
             token,
         }
     }
@@ -98,12 +103,11 @@ impl Guard {
     /// Renewal stops before anything is sent, so no renewal outlives the
     /// unlock. A multi-node lock releases every node concurrently and
     /// succeeds when a quorum of them released. A part already known to be
-    /// over (the watchdog found it gone, or its fixed lease has surely run
-    /// out) sends nothing and counts as [`Error::NotHeld`]: releasing its
-    /// field could lower a later hold of the same owner. (The one case this
-    /// misjudges: a re-entrant acquire with a longer lease extended the key;
-    /// the outer guard then reports `NotHeld` and the key lives until that
-    /// longer lease ends.)
+    /// over (a renewal found it gone, a later fresh grant of the same owner
+    /// proved it over, or the key's TTL has surely run out) sends nothing
+    /// and counts as [`Error::NotHeld`]: releasing its field could lower a
+    /// later hold of the same owner. The key's TTL is what the key really
+    /// holds: a re-entry that extended it extends this guard too.
     ///
     /// # Examples
     ///
@@ -164,9 +168,101 @@ impl Guard {
                 lock: name,
                 succeeded: released,
                 required: self.shape.required(),
+                nodes: self.shape.nodes(),
                 failures,
             }))
         }
+    }
+
+    /// Extends a guard taken with a fixed lease to at least `lease` from
+    /// now, as an acquire would grant it: on every node that still surely
+    /// holds, at once (a multi-node lock waits at most its per-node timeout
+    /// for each), and only if a quorum of them extended within the new
+    /// validity (`lease` less the time it took and the clock drift). A TTL
+    /// is never shortened, and a hold that is over is never revived.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+    /// // ... the work takes longer than planned ...
+    /// guard.extend(Duration::from_secs(10)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a guard renewed by the watchdog (it
+    /// needs no extension) or a lease out of bounds (see
+    /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease));
+    /// [`Error::NotHeld`] when the lock is no longer held (a single node), or
+    /// the node's error; for a multi-node lock, [`Error::NoQuorum`] naming
+    /// each node that did not extend, when fewer than a quorum did in time.
+    /// The parts that did extend keep their longer TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave some nodes extended and others not: the
+    /// guard then reports the validity it had, which the keys outlast.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        if self.parts.iter().any(|p| !p.has_lease()) {
+            return Err(Error::invalid(
+                "extend() is for guards with a fixed lease; the watchdog renews this one",
+            ));
+        }
+        let (node_timeout, required) = match self.shape {
+            Shape::Single => {
+                timing::check_lease(lease)?;
+                let Some(part) = self.parts.first() else {
+                    return Err(Error::invalid("the guard holds nothing"));
+                };
+                return part.extend(lease).await.map(drop);
+            }
+            Shape::Quorum {
+                node_timeout,
+                required,
+                ..
+            } => (node_timeout.min(lease / 10), required),
+        };
+        timing::check_quorum_lease(lease)?;
+        let started = Instant::now();
+        let results = futures::future::join_all(self.parts.iter().map(|part| async move {
+            let extended = tokio::time::timeout(node_timeout, part.extend(lease)).await;
+            let outcome = extended.unwrap_or_else(|_| {
+                Err(Error::NodeUnavailable {
+                    node: part.node_addr().to_owned(),
+                    reason: crate::Unavailable::Timeout,
+                    source: None,
+                })
+            });
+            (part.node_addr().to_owned(), outcome)
+        }))
+        .await;
+        let elapsed = started.elapsed();
+        let mut extended = 0;
+        let mut failures = Vec::new();
+        for (node, outcome) in results {
+            match outcome {
+                Ok(_) => extended += 1,
+                Err(err) => failures.push(NodeFailure {
+                    node,
+                    cause: FailureCause::Failed(err),
+                }),
+            }
+        }
+        if extended >= required && timing::validity(lease, elapsed).is_some() {
+            return Ok(());
+        }
+        Err(Error::NoQuorum(QuorumError {
+            lock: self.name().to_owned(),
+            succeeded: extended,
+            required,
+            nodes: self.shape.nodes(),
+            failures,
+        }))
     }
 
     /// Resolves when the lock is known to be gone, or may be: for a single
@@ -234,17 +330,18 @@ impl Guard {
             .unwrap_or_default()
     }
 
-    /// The instant after which the lock may be held by someone else. With a
-    /// fixed lease: when the (first) acquire request was sent, plus the
-    /// lease, minus an allowance for clock drift. Under the watchdog it
-    /// moves forward with every renewal: the latest instant until which a
-    /// quorum of nodes surely still hold (each node's last renewal plus the
-    /// watchdog timeout, less drift). `None` once the watchdog found the lock
-    /// gone on too many nodes.
+    /// The instant after which the lock may be held by someone else: the
+    /// latest instant until which a quorum of its nodes surely still hold
+    /// it. On each node that is what the key holds (the TTL its last grant
+    /// or renewal set, counted from when that request was sent, less an
+    /// allowance for clock drift), so it moves forward with every renewal
+    /// and with a re-entry that extended the key. `None` once too many
+    /// nodes are known to have lost the lock.
+    ///
+    /// Measured on the monotonic clock only: a jump of the wall clock
+    /// changes nothing here (a jump of a *server's* clock does: see the
+    /// crate's known limits).
     pub fn valid_until(&self) -> Option<std::time::Instant> {
-        if let Some(fixed) = self.fixed_valid_until {
-            return Some(fixed.into_std());
-        }
         let mut trusted: Vec<Instant> = self
             .parts
             .iter()

@@ -25,11 +25,12 @@ pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;
 pub use node::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node, NodeBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node,
+    NodeBuilder,
 };
 pub use owner::Owner;
 pub use quorum::{
     All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,
 };
-pub use single::Lock;
+pub use single::{Lock, MAX_REPLICA_SYNC_TIMEOUT};
 pub use timing::MAX_LEASE;

@@ -18,6 +18,18 @@ use crate::error::{Error, Result};
 /// a TTL in milliseconds overflows what Redis can set.
 pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// How long an acquire whose reply nobody received may still be rolled
+/// back: its hold latch (which tells the rollback whether it was applied)
+/// lives this long at most, and the rollback gives up after it.
+pub(crate) const ROLLBACK_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long an acquire's hold latch lives: no longer than its lease (the
+/// key outlives it, so the latch never speaks for a later hold) nor than
+/// [`ROLLBACK_WINDOW`].
+pub(crate) fn hold_latch_ttl(lease: Duration) -> Duration {
+    lease.min(ROLLBACK_WINDOW)
+}
+
 /// Checks a lease given by the caller: from 1 ms to [`MAX_LEASE`].
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_millis(1) {
@@ -27,6 +39,19 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
         return Err(Error::invalid(
             "lease must be at most ten years (MAX_LEASE)",
         ));
+    }
+    Ok(())
+}
+
+/// Checks the lease of a multi-node lock: as [`check_lease`], and long
+/// enough to ever be valid (more than the drift allowance alone, 1 % + 2 ms).
+pub(crate) fn check_quorum_lease(lease: Duration) -> Result<()> {
+    check_lease(lease)?;
+    if validity(lease, Duration::ZERO).is_none() {
+        return Err(Error::invalid(format!(
+            "a lease of {lease:?} can never be valid: the clock drift allowance alone is {:?}",
+            drift(lease)
+        )));
     }
     Ok(())
 }
@@ -101,6 +126,13 @@ mod tests {
         assert!(check_lease(Duration::from_millis(1)).is_ok());
         assert!(check_lease(MAX_LEASE).is_ok());
         assert!(check_lease(MAX_LEASE + Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn quorum_leases_must_outlast_the_drift() {
+        assert!(check_quorum_lease(Duration::from_millis(1)).is_err());
+        assert!(check_quorum_lease(Duration::from_millis(2)).is_err());
+        assert!(check_quorum_lease(Duration::from_millis(3)).is_ok());
     }
 
     #[test]

@@ -1,14 +1,25 @@
-//! Lease renewal for locks held without an explicit lease.
+//! What a client knows of its holds on each node, and the renewal of those
+//! taken without a lease.
+//!
+//! One owner's holds of one lock on one node (the outer hold and its
+//! re-entries) share one [`Entry`]: what the key is known to hold for them.
+//! Every grant reports the key's TTL after it, so an entry knows until when
+//! the key surely lives and from when it has surely expired; every guard part
+//! of that lock reads its validity there. So a re-entry that extended the
+//! key extends every guard of it, and a fresh grant (hold count 1) proves
+//! that the holds of an older entry are over (the key expired or was deleted
+//! under them): that entry is marked gone and its guards never release a
+//! hold that is not theirs.
 //!
 //! Per client and node, one timer ticks every `watchdog_timeout / 3` and
-//! renews every lock held there in batched script calls (one call per
-//! [`RENEW_BATCH_SIZE`] locks). A lock found gone stops being renewed and its
-//! guards learn it through `lost()`; a node error is logged and retried on the
-//! next tick, and does not touch other nodes' timers. When no renewal could be
-//! confirmed until the last confirmed TTL (minus drift) ran out, `lost()`
-//! fires too: the holder cannot know the key still exists.
+//! renews every entry with a hold taken without a lease, in batched script
+//! calls (one per [`RENEW_BATCH_SIZE`] entries). A renewal that finds the
+//! hold gone marks its entry gone; a node error is logged and retried on the
+//! next tick. A timer that ended for any reason (its runtime shut down) is
+//! started again by the next registration, and a node's watchdog is dropped
+//! once it holds nothing.
 //!
-//! No renewal outlives an unlock: the release first removes its entry, then
+//! No renewal outlives an unlock: the release first leaves its entry, then
 //! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
 //! and only then sends the release.
 
@@ -16,28 +27,32 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::node::Node;
 use crate::protocol;
+use crate::timing;
 
-/// Locks renewed per script call: one call renews ~500 locks in about 3 ms
+/// Holds renewed per script call: one call renews ~500 holds in about 3 ms
 /// of server time, during which the node runs nothing else.
 pub(crate) const RENEW_BATCH_SIZE: usize = 500;
+
+type ByNode = Mutex<HashMap<u64, Arc<NodeWatchdog>>>;
 
 /// Every node's watchdog of one client.
 pub(crate) struct Watchdogs {
     timeout: Duration,
-    by_node: Mutex<HashMap<u64, Arc<NodeWatchdog>>>,
+    by_node: Arc<ByNode>,
 }
 
-/// One node's timer and the locks it renews.
+/// One node's holds and the timer that renews them.
 pub(crate) struct NodeWatchdog {
     node: Node,
     timeout: Duration,
+    /// The client's map, so a watchdog with nothing left removes itself.
+    by_node: Weak<ByNode>,
     entries: Mutex<Entries>,
     /// Held for the length of one renewal batch; see the module docs.
     renewing: tokio::sync::Mutex<()>,
@@ -46,35 +61,64 @@ pub(crate) struct NodeWatchdog {
 #[derive(Default)]
 struct Entries {
     by_lock: HashMap<EntryKey, Entry>,
-    timer_running: bool,
+    /// The running timer's number, if one runs.
+    timer: Option<u64>,
+    timers_started: u64,
 }
 
-/// Lock key and hash field: one renewal per (lock, owner), shared by
-/// re-entrant holds.
+impl Entries {
+    fn renews_any(&self) -> bool {
+        self.by_lock.values().any(|entry| entry.renewed_holds > 0)
+    }
+}
+
+/// Lock key and hash field: one owner's holds of one lock.
 type EntryKey = (String, Arc<str>);
 
 struct Entry {
     holds: usize,
-    /// Every renewal's outcome, for the guards of this hold.
+    /// Holds taken without a lease: the entry is renewed while there are any.
+    renewed_holds: usize,
+    /// When the reply of the latest grant that joined arrived. A fresh grant
+    /// sent after it proves this entry's holds over; one sent before it
+    /// raced a re-entry and joins.
+    last_joined: Instant,
     standing: watch::Sender<Standing>,
 }
 
-/// What a guard knows about its lock on one node.
-#[derive(Clone, Copy)]
+/// What the client knows of one entry's key.
+#[derive(Debug, Clone, Copy)]
 struct Standing {
-    /// A renewal found the lock gone.
+    /// A renewal found the hold gone, or a fresh grant proved it over.
     gone: bool,
-    /// The lock may have expired on the node from here on: when the last
-    /// request that set its TTL was sent, plus the TTL, minus clock drift.
-    expires: Instant,
+    /// Until when the key surely lives: the latest TTL set for it, counted
+    /// from when its request was sent, less clock drift.
+    trusted_until: Instant,
+    /// From when the key has surely expired, unless renewed: the latest TTL
+    /// counted from when its reply arrived, plus clock drift.
+    expired_by: Instant,
 }
 
-/// A lock part's registration with its node's watchdog. Stopping it (or
-/// dropping it) ends the renewal once the last re-entrant hold stops.
-pub(crate) struct Renewal {
+/// A granted acquire, as the entry of its lock records it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrantRecord {
+    pub(crate) sent_at: Instant,
+    pub(crate) replied_at: Instant,
+    /// The key's TTL right after the grant.
+    pub(crate) ttl: Duration,
+    /// The owner's hold count right after the grant.
+    pub(crate) count: u64,
+}
+
+/// One hold's membership in its entry. Dropping it (or [`stop`]ping it)
+/// leaves the entry; the last hold out removes it.
+///
+/// [`stop`]: Registration::stop
+pub(crate) struct Registration {
     dog: Arc<NodeWatchdog>,
     key: EntryKey,
     standing: watch::Receiver<Standing>,
+    renewed: bool,
     stopped: bool,
 }
 
@@ -82,7 +126,7 @@ impl Watchdogs {
     pub(crate) fn new(timeout: Duration) -> Self {
         Watchdogs {
             timeout,
-            by_node: Mutex::new(HashMap::new()),
+            by_node: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -90,14 +134,17 @@ impl Watchdogs {
         self.timeout
     }
 
-    /// Starts renewing `key`/`field` on `node`. Call right after the grant.
+    /// Records a hold of `key`/`field` on `node` granted as `grant`;
+    /// `renewed`: taken without a lease, so the watchdog renews it. Call
+    /// right after the grant, with no await in between.
     pub(crate) fn register(
         &self,
         node: &Node,
         key: &str,
         field: &Arc<str>,
-        sent_at: Instant,
-    ) -> Renewal {
+        grant: GrantRecord,
+        renewed: bool,
+    ) -> Registration {
         let dog = self
             .by_node
             .lock()
@@ -107,53 +154,80 @@ impl Watchdogs {
                 Arc::new(NodeWatchdog {
                     node: node.clone(),
                     timeout: self.timeout,
+                    by_node: Arc::downgrade(&self.by_node),
                     entries: Mutex::new(Entries::default()),
                     renewing: tokio::sync::Mutex::new(()),
                 })
             })
             .clone();
-        dog.register((key.to_owned(), field.clone()), sent_at)
+        dog.register((key.to_owned(), field.clone()), grant, renewed)
+    }
+
+    /// Nodes with a watchdog (holds or a running timer), for tests.
+    #[cfg(test)]
+    fn nodes(&self) -> usize {
+        self.by_node.lock().unwrap().len()
     }
 }
 
 impl NodeWatchdog {
-    /// `sent_at`: when the acquire that set the TTL was sent.
-    fn register(self: &Arc<Self>, key: EntryKey, sent_at: Instant) -> Renewal {
-        let expires = self.expiry(sent_at);
+    fn register(
+        self: &Arc<Self>,
+        key: EntryKey,
+        grant: GrantRecord,
+        renewed: bool,
+    ) -> Registration {
+        let trusted_until = timing::trusted_until(grant.sent_at, grant.ttl);
+        let expired_by = timing::surely_expired_at(grant.replied_at, grant.ttl);
         let mut entries = self.entries.lock().unwrap();
+        if grant.count == 1
+            && let Some(stale) = entries.by_lock.get(&key)
+            && stale.last_joined < grant.sent_at
+        {
+            // The field was absent when this grant ran: whatever this entry
+            // held is over, and its guards must not release the new hold.
+            tracing::debug!(lock = %key.0, "a fresh grant proves an older hold over");
+            if let Some(stale) = entries.by_lock.remove(&key) {
+                stale.standing.send_modify(|s| s.gone = true);
+            }
+        }
         let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
             holds: 0,
+            renewed_holds: 0,
+            last_joined: grant.replied_at,
             standing: watch::channel(Standing {
                 gone: false,
-                expires,
+                trusted_until,
+                expired_by,
             })
             .0,
         });
-        entry
-            .standing
-            .send_modify(|s| s.expires = s.expires.max(expires));
         entry.holds += 1;
+        entry.renewed_holds += usize::from(renewed);
+        entry.last_joined = entry.last_joined.max(grant.replied_at);
+        entry.standing.send_modify(|s| {
+            s.trusted_until = s.trusted_until.max(trusted_until);
+            s.expired_by = s.expired_by.max(expired_by);
+        });
         let standing = entry.standing.subscribe();
-        if !entries.timer_running {
-            entries.timer_running = true;
+        if renewed && entries.timer.is_none() {
+            entries.timers_started += 1;
+            entries.timer = Some(entries.timers_started);
             tokio::spawn(
                 Timer {
                     dog: Arc::downgrade(self),
+                    number: entries.timers_started,
                 }
                 .run(),
             );
         }
-        Renewal {
+        Registration {
             dog: self.clone(),
             key,
             standing,
+            renewed,
             stopped: false,
         }
-    }
-
-    /// When a TTL set by a request sent at `sent_at` may have run out.
-    fn expiry(&self, sent_at: Instant) -> Instant {
-        crate::timing::trusted_until(sent_at, self.timeout)
     }
 
     /// Waits until no renewal call is under way on this node.
@@ -161,18 +235,19 @@ impl NodeWatchdog {
         drop(self.renewing.lock().await);
     }
 
-    /// One round: renew every registered lock, in batches. Each batch takes
-    /// the `renewing` lock and drops the locks deregistered meanwhile: a lock
-    /// deregistered before that is not renewed, and one deregistered after it
-    /// waits for this batch only ([`NodeWatchdog::quiesce`]).
+    /// One round: renew every entry with a hold taken without a lease, in
+    /// batches. Each batch takes the `renewing` lock and drops the entries
+    /// left meanwhile: an entry left before that is not renewed, and one
+    /// left after it waits for this batch only ([`NodeWatchdog::quiesce`]).
     async fn renew_all(&self) {
         let snapshot: Vec<EntryKey> = self
             .entries
             .lock()
             .unwrap()
             .by_lock
-            .keys()
-            .cloned()
+            .iter()
+            .filter(|(_, entry)| entry.renewed_holds > 0)
+            .map(|(key, _)| key.clone())
             .collect();
         for chunk in snapshot.chunks(RENEW_BATCH_SIZE) {
             let _batch = self.renewing.lock().await;
@@ -180,7 +255,7 @@ impl NodeWatchdog {
                 let entries = self.entries.lock().unwrap();
                 chunk
                     .iter()
-                    .filter(|k| entries.by_lock.contains_key(*k))
+                    .filter(|k| entries.by_lock.get(*k).is_some_and(|e| e.renewed_holds > 0))
                     .collect()
             };
             if chunk.is_empty() {
@@ -197,18 +272,20 @@ impl NodeWatchdog {
             match result {
                 Ok(renewed) => {
                     tracing::debug!(elapsed_us = sent_at.elapsed().as_micros() as u64, "renewed");
+                    let trusted_until = timing::trusted_until(sent_at, self.timeout);
+                    let expired_by = timing::surely_expired_at(Instant::now(), self.timeout);
                     let mut entries = self.entries.lock().unwrap();
-                    let expires = self.expiry(sent_at);
                     for (key, ok) in chunk.iter().zip(renewed) {
                         if !ok {
-                            if let Some(entry) = entries.by_lock.remove(key) {
+                            if let Some(entry) = entries.by_lock.remove(*key) {
                                 tracing::warn!(lock = %key.0, "lock found gone during renewal");
                                 entry.standing.send_modify(|s| s.gone = true);
                             }
-                        } else if let Some(entry) = entries.by_lock.get(key) {
-                            entry
-                                .standing
-                                .send_modify(|s| s.expires = s.expires.max(expires));
+                        } else if let Some(entry) = entries.by_lock.get(*key) {
+                            entry.standing.send_modify(|s| {
+                                s.trusted_until = s.trusted_until.max(trusted_until);
+                                s.expired_by = s.expired_by.max(expired_by);
+                            });
                         }
                     }
                 }
@@ -218,12 +295,31 @@ impl NodeWatchdog {
             }
         }
     }
+
+    /// Removes this watchdog from its client's map when it holds nothing and
+    /// no timer runs, so a client does not keep every node it ever held on
+    /// alive. Lock order: the map, then the entries (as in `register`).
+    fn prune_if_empty(self: &Arc<Self>) {
+        let Some(by_node) = self.by_node.upgrade() else {
+            return;
+        };
+        let mut by_node = by_node.lock().unwrap();
+        let entries = self.entries.lock().unwrap();
+        if entries.by_lock.is_empty()
+            && entries.timer.is_none()
+            && by_node
+                .get(&self.node.id())
+                .is_some_and(|dog| Arc::ptr_eq(dog, self))
+        {
+            by_node.remove(&self.node.id());
+        }
+    }
 }
 
-impl Renewal {
-    /// Resolves when the renewal found the lock gone, or when no renewal
-    /// succeeded for so long that the lock may have expired on the node
-    /// (the node is unreachable: a partition, a crash).
+impl Registration {
+    /// Resolves when the hold is gone, or may be: a renewal found it gone, a
+    /// fresh grant proved it over, or the key's trusted TTL ran out without a
+    /// renewal (a fixed lease ended; the node is unreachable).
     pub(crate) async fn lost(&self) {
         let mut updates = self.standing.clone();
         loop {
@@ -233,55 +329,76 @@ impl Renewal {
             }
             tokio::select! {
                 // A closed channel means the entry was dropped, which only
-                // happens once the lock is gone.
+                // happens once the hold is gone.
                 changed = updates.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep_until(standing.expires) => return,
+                _ = tokio::time::sleep_until(standing.trusted_until) => return,
             }
         }
     }
 
-    /// True once a renewal found the lock gone: this hold is over for good,
-    /// and the field, if present again, belongs to a later hold.
-    pub(crate) fn is_gone(&self) -> bool {
-        self.standing.borrow().gone
-    }
-
-    /// Until when the lock surely lives on its node (its last renewal plus
-    /// the lease, less drift); `None` once a renewal found it gone.
-    pub(crate) fn trusted_until(&self) -> Option<Instant> {
+    /// True once this hold is surely over: gone, or its key's TTL has surely
+    /// run out. Its field, if present again, belongs to a later hold.
+    pub(crate) fn is_over(&self) -> bool {
         let standing = *self.standing.borrow();
-        (!standing.gone).then_some(standing.expires)
+        standing.gone || Instant::now() >= standing.expired_by
     }
 
-    /// Stops renewing (the last hold out removes the entry) and returns the
-    /// watchdog, whose [`NodeWatchdog::quiesce`] the release must await
-    /// before it is sent.
-    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
-        self.deregister();
-        self.dog.clone()
-    }
-
-    fn deregister(&mut self) {
-        if std::mem::replace(&mut self.stopped, true) {
-            return;
-        }
+    /// Records that a request sent at `sent_at`, answered at `replied_at`,
+    /// left the key with `ttl` (an extension).
+    pub(crate) fn record_ttl(&self, sent_at: Instant, replied_at: Instant, ttl: Duration) {
         let mut entries = self.dog.entries.lock().unwrap();
-        // Only the entry this hold joined: after a loss, the same owner may
-        // have taken the lock again under a fresh entry.
         if let Some(entry) = entries.by_lock.get_mut(&self.key)
             && self.standing.same_channel(&entry.standing.subscribe())
         {
-            entry.holds -= 1;
-            if entry.holds == 0 {
-                entries.by_lock.remove(&self.key);
+            entry.standing.send_modify(|s| {
+                s.trusted_until = s.trusted_until.max(timing::trusted_until(sent_at, ttl));
+                s.expired_by = s.expired_by.max(timing::surely_expired_at(replied_at, ttl));
+            });
+        }
+    }
+
+    /// Until when the key surely lives; `None` once the hold is gone.
+    pub(crate) fn trusted_until(&self) -> Option<Instant> {
+        let standing = *self.standing.borrow();
+        (!standing.gone).then_some(standing.trusted_until)
+    }
+
+    /// Leaves the entry (renewal stops once no hold without a lease is
+    /// left) and returns the watchdog, whose [`NodeWatchdog::quiesce`] the
+    /// release must await before it is sent.
+    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
+        self.leave();
+        self.dog.clone()
+    }
+
+    fn leave(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
+        let now_empty = {
+            let mut entries = self.dog.entries.lock().unwrap();
+            // Only the entry this hold joined: after a loss, the same owner
+            // may hold the lock again under a fresh entry.
+            if let Some(entry) = entries.by_lock.get_mut(&self.key)
+                && self.standing.same_channel(&entry.standing.subscribe())
+            {
+                entry.holds -= 1;
+                entry.renewed_holds -= usize::from(self.renewed);
+                if entry.holds == 0 {
+                    entries.by_lock.remove(&self.key);
+                }
             }
+            entries.by_lock.is_empty() && entries.timer.is_none()
+        };
+        if now_empty {
+            self.dog.prune_if_empty();
         }
     }
 }
 
-impl Drop for Renewal {
+impl Drop for Registration {
     fn drop(&mut self) {
-        self.deregister();
+        self.leave();
     }
 }
 
@@ -289,10 +406,37 @@ impl Drop for Renewal {
 /// ends when its node has nothing left to renew, or the client is gone.
 struct Timer {
     dog: Weak<NodeWatchdog>,
+    /// Which timer this is: only the running one clears `Entries::timer`.
+    number: u64,
+}
+
+/// Clears `Entries::timer` however the timer ends, returning or dropped with
+/// its runtime: the next registration then starts a new one.
+struct TimerRunning {
+    dog: Weak<NodeWatchdog>,
+    number: u64,
+}
+
+impl Drop for TimerRunning {
+    fn drop(&mut self) {
+        if let Some(dog) = self.dog.upgrade() {
+            {
+                let mut entries = dog.entries.lock().unwrap();
+                if entries.timer == Some(self.number) {
+                    entries.timer = None;
+                }
+            }
+            dog.prune_if_empty();
+        }
+    }
 }
 
 impl Timer {
     async fn run(self) {
+        let _running = TimerRunning {
+            dog: self.dog.clone(),
+            number: self.number,
+        };
         let period = match self.dog.upgrade() {
             Some(dog) => dog.timeout / 3,
             None => return,
@@ -305,13 +449,95 @@ impl Timer {
                 return;
             };
             {
+                // Idle: stop, under the same lock a registration checks, so
+                // a hold registered from now on starts a new timer.
                 let mut entries = dog.entries.lock().unwrap();
-                if entries.by_lock.is_empty() {
-                    entries.timer_running = false;
+                if !entries.renews_any() {
+                    if entries.timer == Some(self.number) {
+                        entries.timer = None;
+                    }
                     return;
                 }
             }
             dog.renew_all().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(sent_at: Instant, ttl_ms: u64, count: u64) -> GrantRecord {
+        GrantRecord {
+            sent_at,
+            replied_at: sent_at + Duration::from_millis(1),
+            ttl: Duration::from_millis(ttl_ms),
+            count,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reentry_extends_every_guard_of_its_lock() {
+        let watchdogs = Watchdogs::new(Duration::from_secs(30));
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let t0 = Instant::now();
+        let outer = watchdogs.register(&node, "k", &field, grant(t0, 1_000, 1), false);
+        let inner = watchdogs.register(&node, "k", &field, grant(t0, 20_000, 2), false);
+        let extended = timing::trusted_until(t0, Duration::from_secs(20));
+        assert_eq!(outer.trusted_until(), Some(extended));
+        drop(inner);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!outer.is_over(), "the key lives for the longer lease");
+        assert_eq!(outer.trusted_until(), Some(extended));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_grant_proves_an_older_hold_over() {
+        let watchdogs = Watchdogs::new(Duration::from_secs(30));
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let old = watchdogs.register(&node, "k", &field, grant(Instant::now(), 200, 1), false);
+        tokio::time::advance(Duration::from_millis(150)).await;
+        // Granted as count 1: the old hold's key expired (or was deleted).
+        let new = watchdogs.register(&node, "k", &field, grant(Instant::now(), 10_000, 1), false);
+        assert!(old.is_over());
+        assert_eq!(old.trusted_until(), None);
+        assert!(!new.is_over());
+        drop(old);
+        assert!(
+            !new.is_over(),
+            "the old guard leaving does not touch the new entry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_grant_that_raced_a_reentry_joins_it() {
+        let watchdogs = Watchdogs::new(Duration::from_secs(30));
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let sent_together = Instant::now();
+        // Two acquires in flight at once: the re-entry's reply (count 2)
+        // arrives first, then the fresh grant's (count 1).
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let second = watchdogs.register(&node, "k", &field, grant(Instant::now(), 1_000, 2), false);
+        let first = watchdogs.register(&node, "k", &field, grant(sent_together, 1_000, 1), false);
+        assert!(!second.is_over() && !first.is_over());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watchdog_with_nothing_left_is_dropped() {
+        let watchdogs = Watchdogs::new(Duration::from_secs(30));
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let hold = watchdogs.register(&node, "k", &field, grant(Instant::now(), 1_000, 1), false);
+        assert_eq!(watchdogs.nodes(), 1);
+        drop(hold);
+        assert_eq!(
+            watchdogs.nodes(),
+            0,
+            "the client keeps no node it holds nothing on"
+        );
     }
 }

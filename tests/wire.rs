@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use futures::StreamExt;
 use multilock::testkit::TestServer;
-use multilock::testkit::protocol::scripts;
+use multilock::testkit::protocol::{self, scripts};
 
 /// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
 /// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.
@@ -161,17 +161,19 @@ async fn lock_and_unlock_cost_two_script_calls() {
     );
     // commandstats also counts the commands the scripts run; each must be
     // exactly what the two scripts do, so none of them came over the wire
-    // on its own. Acquire: EXISTS, HINCRBY, PEXPIRE. Release: GET (latch),
-    // HEXISTS, HINCRBY, DEL, PUBLISH, SET (latch).
+    // on its own. Acquire: EXISTS, SET NX (the hold's latch), HINCRBY, PTTL,
+    // PEXPIRE. Release: GET (latch), HEXISTS, HINCRBY, DEL, PUBLISH, SET
+    // (latch).
     for (inner, per_cycle) in [
         ("exists", 1),
         ("hexists", 1),
         ("hincrby", 2),
+        ("pttl", 1),
         ("pexpire", 1),
         ("get", 1),
         ("del", 1),
         ("publish", 1),
-        ("set", 1),
+        ("set", 2),
     ] {
         assert_eq!(delta.remove(inner), Some(10 * per_cycle), "{inner}");
     }
@@ -235,26 +237,15 @@ async fn a_retried_release_returns_its_first_result() {
     let lock = client.lock(&node, "latched").unwrap();
     let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     let field = format!("{}:{}", client.id(), guard.owner());
-    let release = scripts()
-        .into_iter()
-        .find(|(name, _, _)| *name == "release")
-        .map(|(_, source, _)| redis::Script::new(source))
-        .unwrap();
     let mut conn = raw(&server).await;
-    let latch = "redisson_unlock_latch:{latched}:request-1";
-    let mut once = release.key("latched");
-    once.key("redisson_lock__channel:{latched}")
-        .key(latch)
-        .arg(10_000)
-        .arg(&field)
-        .arg(10_000)
-        .arg("0");
+    let latch = protocol::unlock_latch("latched", "request-1");
+    let once = protocol::release("latched", &field, "request-1");
     let first: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
     let retried: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
     assert_eq!(first, Some(1), "deleted");
     assert_eq!(retried, Some(1), "the retry sees the first result");
     let latch_ttl: i64 = redis::cmd("PTTL")
-        .arg(latch)
+        .arg(&latch)
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -263,14 +254,7 @@ async fn a_retried_release_returns_its_first_result() {
         "the latch expires: {latch_ttl}"
     );
     // A different request of a non-holder is refused.
-    let mut other = release.key("latched");
-    other
-        .key("redisson_lock__channel:{latched}")
-        .key("redisson_unlock_latch:{latched}:request-2")
-        .arg(10_000)
-        .arg(&field)
-        .arg(10_000)
-        .arg("0");
+    let other = protocol::release("latched", &field, "request-2");
     let refused: Option<i64> = other.invoke_async(&mut conn).await.unwrap();
     assert_eq!(refused, None);
     assert!(

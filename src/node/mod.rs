@@ -24,6 +24,8 @@ pub const DEFAULT_POOL_SIZE: usize = 8;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default time to wait for a reply (Redisson's `timeout`).
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default quiet time after which the subscription connection is PINGed.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// One Redis master.
 ///
@@ -60,6 +62,7 @@ pub struct Node {
 struct NodeInner {
     id: u64,
     addr: String,
+    server: Arc<pool::ServerIdentity>,
     pool: pool::Pool,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
@@ -73,6 +76,7 @@ pub struct NodeBuilder {
     pool_size: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    keepalive: Duration,
 }
 
 impl fmt::Debug for NodeBuilder {
@@ -82,6 +86,7 @@ impl fmt::Debug for NodeBuilder {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("keepalive", &self.keepalive)
             .finish()
     }
 }
@@ -110,19 +115,35 @@ impl NodeBuilder {
         self
     }
 
+    /// How long the node's subscription connection (shared by every waiter)
+    /// may stay quiet before it is PINGed (default [`DEFAULT_KEEPALIVE`]).
+    /// The PING keeps a NAT or load balancer from dropping it as idle; one
+    /// that gets no answer within the response timeout means the connection
+    /// was dropped silently, and it is rebuilt. Set it below the idle
+    /// timeout of whatever sits between this process and Redis.
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = interval;
+        self
+    }
+
     /// Validates the settings and builds the node. Nothing is sent.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a URL that does not parse, a scheme
     /// other than `redis://` / `rediss://` (the latter needs the `tls`
-    /// feature), a zero pool size or a zero timeout.
+    /// feature), a zero pool size, or a zero timeout or keepalive.
     pub fn build(self) -> Result<Node> {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
         }
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(Error::invalid("node timeouts must be greater than zero"));
+        if self.connect_timeout.is_zero()
+            || self.response_timeout.is_zero()
+            || self.keepalive.is_zero()
+        {
+            return Err(Error::invalid(
+                "node timeouts and keepalive must be greater than zero",
+            ));
         }
         let shown = redact_url(&self.url);
         let scheme_ok = self.url.starts_with("redis://") || self.url.starts_with("rediss://");
@@ -153,10 +174,12 @@ impl NodeBuilder {
         let client = redis::Client::open(info)
             .map_err(|_| Error::invalid(format!("Redis URL {shown:?} is not usable")))?;
 
+        let server = Arc::new(pool::ServerIdentity::new(addr.clone()));
         let factory = pool::ConnectionFactory {
             client: client.clone(),
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            server: server.clone(),
         };
         let pool = pool::Pool::builder(factory)
             .max_size(self.pool_size)
@@ -177,8 +200,10 @@ impl NodeBuilder {
                     client,
                     self.connect_timeout,
                     self.response_timeout,
+                    self.keepalive,
                 ),
                 addr,
+                server,
                 pool,
                 response_timeout: self.response_timeout,
             }),
@@ -203,6 +228,7 @@ impl Node {
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            keepalive: DEFAULT_KEEPALIVE,
         }
     }
 
@@ -214,6 +240,12 @@ impl Node {
     /// The reply timeout this node was built with.
     pub fn response_timeout(&self) -> Duration {
         self.inner.response_timeout
+    }
+
+    /// The server's `run_id` (`INFO server`), once a connection to it was
+    /// made: two nodes with one run_id are one server under two addresses.
+    pub(crate) fn server_run_id(&self) -> Option<String> {
+        self.inner.server.run_id()
     }
 
     pub(crate) fn id(&self) -> u64 {

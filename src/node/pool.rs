@@ -10,8 +10,12 @@
 //! deadpool-redis's stock manager sends `UNWATCH` + `PING` on every checkout,
 //! tripling the wire cost of a lock+unlock. Here a connection is known broken
 //! from what the connection itself reports (a `Disconnection` push, or an
-//! unrecoverable error or timeout on a command), and recycling only reads
-//! that flag.
+//! unrecoverable error or timeout on a command), or from its runtime being
+//! gone (its driver task died with it), and recycling only reads that.
+//!
+//! A new connection loads every script of the protocol before it is handed
+//! out, and reports the server's `run_id`: a server that restarted has an
+//! empty script cache and a new id.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,17 +25,82 @@ use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, RedisError};
 
+use crate::protocol;
+
 /// Creates connections for one node.
 pub(crate) struct ConnectionFactory {
     pub(crate) client: redis::Client,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// What the connections learn about the server.
+    pub(crate) server: Arc<ServerIdentity>,
 }
 
-/// A pooled connection and the flag that says it must not be reused.
+/// The server behind a node, as its connections see it: its `run_id`,
+/// which changes when it restarts.
+#[derive(Default)]
+pub(crate) struct ServerIdentity {
+    addr: String,
+    run_id: std::sync::Mutex<Option<String>>,
+}
+
+impl ServerIdentity {
+    pub(crate) fn new(addr: String) -> ServerIdentity {
+        ServerIdentity {
+            addr,
+            run_id: Default::default(),
+        }
+    }
+
+    fn observe(&self, run_id: &str) {
+        let mut known = self.run_id.lock().unwrap();
+        match known.as_deref() {
+            Some(old) if old == run_id => {}
+            Some(_) => {
+                tracing::info!(node = %self.addr, run_id, "the server restarted (new run_id)");
+                *known = Some(run_id.to_owned());
+            }
+            None => *known = Some(run_id.to_owned()),
+        }
+    }
+
+    /// The server's `run_id`, once a connection was made.
+    pub(crate) fn run_id(&self) -> Option<String> {
+        self.run_id.lock().unwrap().clone()
+    }
+}
+
+/// A pooled connection and what says it must not be reused.
 pub(crate) struct PooledConnection {
     pub(crate) conn: MultiplexedConnection,
     pub(crate) broken: Arc<AtomicBool>,
+    /// Alive while the runtime that drives the connection is: see
+    /// [`RuntimeAlive`].
+    runtime: RuntimeAlive,
+}
+
+/// Whether the runtime a connection was made on still runs. A multiplexed
+/// connection's driver is a task of that runtime; when the runtime shuts
+/// down the handle stays, but every request on it fails. A task parked
+/// forever on the same runtime holds the strong half: the runtime dropping
+/// its tasks drops it.
+pub(crate) struct RuntimeAlive(std::sync::Weak<()>);
+
+impl RuntimeAlive {
+    /// Ties a sentinel to the current runtime.
+    pub(crate) fn current() -> RuntimeAlive {
+        let alive = Arc::new(());
+        let weak = Arc::downgrade(&alive);
+        tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await;
+        });
+        RuntimeAlive(weak)
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
 }
 
 /// Marks a connection for disposal when `err` means it cannot be trusted any
@@ -65,16 +134,31 @@ impl managed::Manager for ConnectionFactory {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_push_sender(BrokenOnDisconnect(broken.clone()));
-        let conn = self
+        let mut conn = self
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        Ok(PooledConnection { conn, broken })
+        let runtime = RuntimeAlive::current();
+        let (info,): (String,) = protocol::load_scripts()
+            .cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        if let Some(run_id) = info.lines().find_map(|line| line.strip_prefix("run_id:")) {
+            self.server.observe(run_id.trim());
+        }
+        Ok(PooledConnection {
+            conn,
+            broken,
+            runtime,
+        })
     }
 
     async fn recycle(&self, conn: &mut PooledConnection, _: &Metrics) -> RecycleResult<RedisError> {
         if conn.broken.load(Ordering::Relaxed) {
             Err(RecycleError::message("connection broken"))
+        } else if !conn.runtime.is_alive() {
+            Err(RecycleError::message("the connection's runtime is gone"))
         } else {
             Ok(())
         }

@@ -5,8 +5,15 @@
 //! is the only one that sends SUBSCRIBE / UNSUBSCRIBE, so those commands never
 //! overtake each other, and it reconciles what waiters want with what the
 //! server has. Messages wake one waiter of the channel (the lock was released:
-//! one of them can take it); a disconnection wakes every waiter (messages may
-//! have been lost) and makes the actor subscribe again once the server is back.
+//! one of them can take it). A disconnection wakes every waiter (messages may
+//! have been lost) and makes the actor subscribe again once the server is
+//! back; the confirmation wakes them once more, since a release published
+//! while the connection was down reached nobody.
+//!
+//! While it has channels, the actor PINGs the connection when it has been
+//! quiet for the node's keepalive interval: the traffic keeps a NAT or load balancer from
+//! dropping it as idle, and a PING without an answer (the connection was
+//! dropped silently, or the route black-holed) makes the actor rebuild it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -30,6 +37,7 @@ struct Shared {
     client: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
+    keepalive: Duration,
     channels: Mutex<HashMap<String, Channel>>,
     /// Started on first use, so a Node can be built outside a runtime.
     actor: Mutex<Option<mpsc::UnboundedSender<Reconcile>>>,
@@ -90,6 +98,7 @@ impl Subscriber {
         client: redis::Client,
         connect_timeout: Duration,
         response_timeout: Duration,
+        keepalive: Duration,
     ) -> Self {
         Subscriber {
             shared: Arc::new(Shared {
@@ -97,6 +106,7 @@ impl Subscriber {
                 client,
                 connect_timeout,
                 response_timeout,
+                keepalive,
                 channels: Mutex::new(HashMap::new()),
                 actor: Mutex::new(None),
             }),
@@ -158,18 +168,31 @@ impl Shared {
 
     fn send(self: &Arc<Self>, mut msg: Reconcile) {
         let mut actor = self.actor.lock().unwrap();
+        let mut ended = false;
         if let Some(tx) = actor.as_ref() {
             match tx.send(msg) {
                 Ok(()) => return,
-                Err(returned) => msg = returned.0,
+                Err(returned) => {
+                    msg = returned.0;
+                    ended = true;
+                }
             }
         }
-        // No actor yet (or it ended): start one, if there is a runtime.
+        // No actor yet, or it ended (its runtime shut down, taking its
+        // connection along): start one, if there is a runtime.
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let _ = tx.send(msg);
+        if ended {
+            // The old actor's subscriptions went with its connection: as
+            // after a disconnection, told straight to the new actor (never
+            // through `send` again, which would recurse if this actor died
+            // at once too, as it does while the runtime shuts down).
+            self.forget_subscriptions();
+            let _ = tx.send(Reconcile::All);
+        }
         *actor = Some(tx);
         handle.spawn(
             Actor {
@@ -181,16 +204,20 @@ impl Shared {
         );
     }
 
+    /// Every channel counts as unsubscribed, and its waiters wake to check
+    /// again: messages may have been lost.
+    fn forget_subscriptions(&self) {
+        let mut channels = self.channels.lock().unwrap();
+        for ch in channels.values_mut() {
+            ch.subscribed = false;
+            ch.wake.notify_waiters();
+        }
+    }
+
     /// The connection dropped: the server forgot our subscriptions and any
     /// message published meanwhile is lost. Wake everyone to re-check.
     fn on_disconnect(self: &Arc<Self>) {
-        {
-            let mut channels = self.channels.lock().unwrap();
-            for ch in channels.values_mut() {
-                ch.subscribed = false;
-                ch.wake.notify_waiters();
-            }
-        }
+        self.forget_subscriptions();
         self.send(Reconcile::All);
     }
 
@@ -238,11 +265,24 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Reconcile>) {
         let mut pending: Vec<String> = Vec::new();
         let mut backoff = Duration::from_millis(50);
+        let keepalive = match self.shared.upgrade() {
+            Some(shared) => shared.keepalive,
+            None => return,
+        };
         loop {
             if pending.is_empty() {
-                match rx.recv().await {
-                    Some(msg) => self.collect(msg, &mut pending),
-                    None => return,
+                tokio::select! {
+                    msg = rx.recv() => match msg {
+                        Some(msg) => self.collect(msg, &mut pending),
+                        None => return,
+                    },
+                    _ = tokio::time::sleep(keepalive) => {
+                        let Some(shared) = self.shared.upgrade() else {
+                            return;
+                        };
+                        self.keep_alive(&shared).await;
+                        continue;
+                    }
                 }
             }
             while let Ok(msg) = rx.try_recv() {
@@ -270,6 +310,40 @@ impl Actor {
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
+    }
+
+    /// A PING on a quiet connection that has subscriptions: keeps it from
+    /// being dropped as idle, and finds out when it was.
+    async fn keep_alive(&mut self, shared: &Arc<Shared>) {
+        if !shared
+            .channels
+            .lock()
+            .unwrap()
+            .values()
+            .any(|c| c.subscribed)
+        {
+            return;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(shared.response_timeout, ping.query_async::<Value>(conn)).await {
+            Ok(Ok(_)) => {}
+            outcome => {
+                tracing::debug!(node = %shared.node, ?outcome, "subscription connection did not answer a PING; rebuilding it");
+                self.rebuild(shared);
+            }
+        }
+    }
+
+    /// Drops the connection; the next reconcile makes a new one. It has no
+    /// subscriptions and messages may have been missed: as after a
+    /// disconnection.
+    fn rebuild(&mut self, shared: &Arc<Shared>) {
+        self.conn = None;
+        self.timeouts_in_a_row = 0;
+        shared.on_disconnect();
     }
 
     fn collect(&self, msg: Reconcile, pending: &mut Vec<String>) {
@@ -319,6 +393,9 @@ impl Actor {
                     if want {
                         ch.subscribed = true;
                         ch.ready.notify_waiters();
+                        // Waiters already waiting were subscribed before and
+                        // lost it: a release meanwhile reached nobody.
+                        ch.wake.notify_waiters();
                     } else if ch.waiters == 0 {
                         channels.remove(channel);
                     } else {
@@ -342,11 +419,7 @@ impl Actor {
                 self.timeouts_in_a_row += 1;
                 if self.timeouts_in_a_row >= REBUILD_AFTER_TIMEOUTS {
                     tracing::debug!(node = %shared.node, "subscription connection unresponsive; rebuilding it");
-                    self.conn = None;
-                    self.timeouts_in_a_row = 0;
-                    // A rebuilt connection has no subscriptions, and messages
-                    // may have been missed: as after a disconnection.
-                    shared.on_disconnect();
+                    self.rebuild(shared);
                 }
                 if !want {
                     Self::forget_if_unused(shared, channel);

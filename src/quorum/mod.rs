@@ -21,7 +21,7 @@ use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
 use crate::guard::Guard;
 use crate::owner::Owner;
 use crate::single::Lock;
-use crate::timing::check_lease;
+use crate::timing::check_quorum_lease;
 
 /// Default per-node timeout of one acquire request in a multi-node lock.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -166,7 +166,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Self {
         Self {
-            locks: self.locks.iter().map(Lock::with_fencing).collect(),
+            locks: self.locks.iter().map(Lock::with_quorum_fencing).collect(),
             ..self.clone()
         }
     }
@@ -195,7 +195,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// Only for bad input; node failures are retried.
+    /// [`Error::NoQuorum`] when nodes refuse for good (a wrong password, an
+    /// ACL refusal, the key holding another type) on too many nodes to reach
+    /// the quorum. Node failures that may pass (refused or dropped
+    /// connections, timeouts) are retried, as Redisson does.
     ///
     /// # Cancel safety
     ///
@@ -220,13 +223,17 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE).
+    /// [`Error::InvalidArgument`] for a lease over [`MAX_LEASE`](crate::MAX_LEASE), or
+    /// too short to ever be valid (at most the drift allowance, 1 % + 2 ms);
+    /// [`Error::NoQuorum`] when nodes refuse for good (a wrong password, an
+    /// ACL refusal, the key holding another type) on too many nodes to reach
+    /// the quorum. Other node failures are retried.
     ///
     /// # Cancel safety
     ///
     /// As [`QuorumLock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard> {
-        check_lease(lease)?;
+        check_quorum_lease(lease)?;
         self.acquire_until_granted(Some(lease)).await
     }
 
@@ -236,7 +243,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             match self.acquire(budget, lease).await {
                 Ok(Some(guard)) => return Ok(guard),
                 Ok(None) => {}
-                Err(Error::NoQuorum(err)) => {
+                Err(Error::NoQuorum(err)) if !err.is_permanent() => {
                     tracing::warn!(error = %err, "no quorum within the budget; trying again");
                 }
                 Err(err) => return Err(err),
@@ -290,7 +297,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); [`Error::NoQuorum`]
+    /// [`Error::InvalidArgument`] for a lease over [`MAX_LEASE`](crate::MAX_LEASE), or
+    /// too short to ever be valid (at most the drift allowance, 1 % + 2 ms);
+    /// [`Error::NoQuorum`] when nodes refuse for good (a wrong password, an
+    /// ACL refusal, the key holding another type) on too many nodes to reach
+    /// the quorum. Other node failures are retried. [`Error::NoQuorum`]
     /// when, at the end of the wait, so many nodes failed that the quorum
     /// could not be reached (with each node and its error).
     ///
@@ -303,7 +314,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
         if let Some(lease) = lease {
-            check_lease(lease)?;
+            check_quorum_lease(lease)?;
         }
         self.acquire(wait, lease).await
     }
@@ -489,6 +500,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 lock: self.locks[0].name().to_owned(),
                 succeeded: answers.len(),
                 required: self.quorum(),
+                nodes: self.locks.len(),
                 failures,
             }));
         }

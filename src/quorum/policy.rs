@@ -108,6 +108,50 @@ pub(crate) fn quorum_value<T: Ord>(mut answers: Vec<T>, required: usize) -> Opti
     answers.into_iter().nth(required.checked_sub(1)?)
 }
 
+/// What one node's fencing counter said during a fenced round's settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CounterReport {
+    /// The counter before the settlement touched it; `None` when missing (the
+    /// node never saw the lock fenced, or lost its data since).
+    pub(crate) before: Option<u64>,
+    /// This round was granted on the node (its `before` is our own INCR).
+    pub(crate) granted_here: bool,
+}
+
+/// The fencing token a round may hand out, from `candidate` (the highest
+/// INCR among its grants) and the counters the nodes reported; `None` when
+/// no token can be proven higher than every earlier holder's.
+///
+/// Every earlier holder raised a quorum of counters to its token, and any
+/// quorum shares a node with that one. So once a quorum of nodes whose
+/// counter survived (it existed: it was not lost with the node's data) has
+/// answered, one of them carries the last token at least, and the token is
+/// made higher than every counter reported. Without such a quorum, a node
+/// that lost its counter could be the only witness in the overlap: unless
+/// every node answered (nothing anywhere is higher), there is no token.
+pub(crate) fn settle_token(
+    candidate: u64,
+    reports: &[CounterReport],
+    parts: usize,
+    required: usize,
+) -> Option<u64> {
+    let surviving = reports.iter().filter(|r| r.before.is_some()).count();
+    if surviving < required && reports.len() < parts {
+        return None;
+    }
+    let above_others = reports
+        .iter()
+        .filter_map(|r| match (r.before, r.granted_here) {
+            // Our own INCR there: the token may equal it.
+            (Some(before), true) => Some(before),
+            (Some(before), false) => Some(before + 1),
+            (None, _) => None,
+        })
+        .max()
+        .unwrap_or(0);
+    Some(candidate.max(above_others).max(1))
+}
+
 /// Per-attempt wait budget of `lock()`: 1500 ms per part (Redisson's
 /// `RedissonMultiLock` default).
 pub(crate) fn default_budget(parts: usize) -> Duration {
@@ -216,6 +260,110 @@ mod tests {
         assert_eq!(quorum_value(vec![3, 1], 3), None);
         assert_eq!(quorum_value(vec![5], 1), Some(5));
         assert_eq!(quorum_value::<u32>(vec![], 0), None);
+    }
+
+    fn report(before: Option<u64>, granted_here: bool) -> CounterReport {
+        CounterReport {
+            before,
+            granted_here,
+        }
+    }
+
+    #[test]
+    fn a_token_exceeds_every_counter_reported() {
+        // Our grants INCRed to 7 and 8; node 4 (not granted) saw 100.
+        let reports = [
+            report(Some(7), true),
+            report(Some(8), true),
+            report(Some(6), false),
+            report(Some(8), true),
+            report(Some(100), false),
+        ];
+        assert_eq!(settle_token(8, &reports, 5, 3), Some(101));
+        // The usual case: nobody is ahead of our own INCR.
+        let calm = [
+            report(Some(8), true),
+            report(Some(8), true),
+            report(Some(7), false),
+            report(Some(8), true),
+        ];
+        assert_eq!(settle_token(8, &calm, 5, 3), Some(8));
+    }
+
+    #[test]
+    fn restarted_nodes_alone_prove_no_token() {
+        // Nodes 1, 3 and 4 restarted empty and granted; 0 and 2 (which hold
+        // the last token) did not answer.
+        let restarted = [report(None, true), report(None, true), report(None, true)];
+        assert_eq!(settle_token(0, &restarted, 5, 3), None);
+        // With one survivor short of a quorum: still nothing.
+        let one = [
+            report(None, true),
+            report(None, true),
+            report(Some(134), false),
+        ];
+        assert_eq!(settle_token(0, &one, 5, 3), None);
+        // Once a quorum of surviving counters answered, above them.
+        let seeded = [
+            report(None, true),
+            report(None, true),
+            report(None, true),
+            report(Some(134), false),
+            report(Some(133), false),
+        ];
+        assert_eq!(settle_token(0, &seeded, 5, 3), Some(135));
+    }
+
+    #[test]
+    fn the_first_token_needs_every_node() {
+        let fresh = [report(None, true); 3];
+        assert_eq!(
+            settle_token(0, &fresh, 3, 2),
+            Some(1),
+            "all answered: a fresh start"
+        );
+        assert_eq!(settle_token(0, &fresh[..2], 3, 2), None);
+    }
+
+    /// Every sequence of two settlements on 5 nodes, with any minority of
+    /// nodes losing its counter in between: the second token is higher.
+    #[test]
+    fn tokens_increase_while_a_minority_loses_its_counters() {
+        let n = 5;
+        let q = Majority::required(n);
+        for first_quorum in 0u32..(1 << n) {
+            if (first_quorum.count_ones() as usize) < q {
+                continue;
+            }
+            for lost in 0u32..(1 << n) {
+                if lost.count_ones() as usize >= q {
+                    continue;
+                }
+                for answered in 0u32..(1 << n) {
+                    // The first holder raised `first_quorum` to 50; others
+                    // are at 40 or below. `lost` nodes lost their counter.
+                    let reports: Vec<CounterReport> = (0..n)
+                        .filter(|i| answered & (1 << i) != 0)
+                        .map(|i| {
+                            let before = if lost & (1 << i) != 0 {
+                                None
+                            } else if first_quorum & (1 << i) != 0 {
+                                Some(50)
+                            } else {
+                                Some(40)
+                            };
+                            report(before, false)
+                        })
+                        .collect();
+                    if let Some(token) = settle_token(0, &reports, n, q) {
+                        assert!(
+                            token > 50,
+                            "quorum {first_quorum:05b}, lost {lost:05b}, answered {answered:05b}: {token}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

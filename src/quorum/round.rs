@@ -15,11 +15,12 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{QuorumLock, QuorumPolicy, policy};
+use super::policy::{self, CounterReport};
+use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::guard::{Guard, Shape};
 use crate::owner::Owner;
-use crate::protocol;
+use crate::protocol::{self, Raised};
 use crate::single::{Attempt, HeldPart};
 use crate::timing;
 
@@ -55,18 +56,20 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 
     /// Round; subscribe on every node; then round again after every wake-up
-    /// until granted or past the deadline.
+    /// until granted or past the deadline. A round lost to failures that no
+    /// retry can mend (bad input, a permanent error on too many nodes) ends
+    /// the wait at once.
     async fn wait_for_quorum(
         &self,
         owner: &Owner,
         lease: Option<Duration>,
         deadline: Instant,
     ) -> Result<Option<Guard>> {
-        let mut lost = match self.round(owner, lease).await {
-            Ok(guard) => return Ok(Some(guard)),
-            Err(lost) => lost,
+        let mut lost = match self.round(owner, lease).await? {
+            Round::Won(guard) => return Ok(Some(guard)),
+            Round::Lost(lost) => lost,
         };
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || lost.is_permanent(self) {
             return self.give_up(lost);
         }
         let _ = back_off_after_split(&lost, deadline).await;
@@ -87,11 +90,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     woken
                 })
                 .collect();
-            lost = match self.round(owner, lease).await {
-                Ok(guard) => return Ok(Some(guard)),
-                Err(lost) => lost,
+            lost = match self.round(owner, lease).await? {
+                Round::Won(guard) => return Ok(Some(guard)),
+                Round::Lost(lost) => lost,
             };
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || lost.is_permanent(self) {
                 return self.give_up(lost);
             }
             if back_off_after_split(&lost, deadline).await {
@@ -121,6 +124,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 lock: self.locks[0].name().to_owned(),
                 succeeded: lost.granted,
                 required: self.quorum(),
+                nodes: self.locks.len(),
                 failures: lost.failures,
             }))
         } else {
@@ -128,14 +132,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
     }
 
-    /// One attempt of the algorithm. On failure every grant has been
-    /// released (or is being released, if this future is dropped) and the
-    /// reasons are returned.
-    async fn round(
-        &self,
-        owner: &Owner,
-        lease: Option<Duration>,
-    ) -> std::result::Result<Guard, LostRound> {
+    /// One attempt of the algorithm. Lost: every grant has been released
+    /// (or is being released, if this future is dropped) and the reasons are
+    /// returned. An error: the lock cannot be taken as configured.
+    async fn round(&self, owner: &Owner, lease: Option<Duration>) -> Result<Round> {
         let n = self.locks.len();
         let required = self.quorum();
         let validity_lease = lease.unwrap_or_else(|| self.locks[0].watchdog_timeout());
@@ -145,6 +145,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .node_timeout
             .min(validity_lease / 10)
             .max(Duration::from_millis(1));
+        self.check_independent_servers()?;
 
         // 1. Fan out to every node at once, each under its own timeout. A
         //    request cut off (by its timeout, or because the round is over)
@@ -195,65 +196,147 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let elapsed = started.elapsed();
         // In the order of the locks, whatever order the answers came in.
         parts.sort_unstable_by_key(|(index, _)| *index);
-        let parts: Vec<HeldPart> = parts.into_iter().map(|(_, part)| part).collect();
-
-        // 3. A quorum, still valid once acquiring time and drift are paid?
-        let validity = timing::validity(validity_lease, elapsed);
-        if parts.len() >= required {
-            if let Some(validity) = validity {
-                let token = if self.is_fenced() {
-                    match self.settle_token(&parts, node_timeout).await {
-                        Some(token) => Some(token),
-                        None => {
-                            return Err(LostRound::released(
-                                parts,
-                                failures,
-                                elapsed,
-                                node_timeout,
-                            )
-                            .await);
-                        }
-                    }
-                } else {
-                    None
-                };
-                // Every key was set after `started`, so each lives until at
-                // least `started + lease`; less the drift, that is
-                // `started + elapsed + validity` (the Redlock paper's T2 + validity).
-                let valid_until = lease.map(|_| started + elapsed + validity);
-                let shape = Shape::Quorum { nodes: n, required };
-                return Ok(Guard::quorum(
-                    owner.clone(),
-                    parts,
-                    shape,
-                    valid_until,
-                    token,
-                ));
-            }
-            tracing::debug!(
-                elapsed_ms = elapsed.as_millis() as u64,
-                "quorum granted too late: validity spent"
-            );
+        if let Err(err) = self.check_independent_servers() {
+            // Two "nodes" granted on one server: the quorum proves nothing.
+            LostRound::released(parts, failures, elapsed, node_timeout).await;
+            return Err(err);
         }
 
-        // 4. No: release every grant, concurrently.
-        Err(LostRound::released(parts, failures, elapsed, node_timeout).await)
+        // 3. A quorum, still valid once acquiring time and drift are paid?
+        if parts.len() < required || timing::validity(validity_lease, elapsed).is_none() {
+            if parts.len() >= required {
+                tracing::debug!(
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    "quorum granted too late: validity spent"
+                );
+            }
+            return Ok(Round::Lost(
+                LostRound::released(parts, failures, elapsed, node_timeout).await,
+            ));
+        }
+        let token = if self.is_fenced() {
+            match self.settle_token(&parts, node_timeout).await {
+                Some(token) => Some(token),
+                None => {
+                    tracing::debug!("no fencing token could be proven; round lost");
+                    return Ok(Round::Lost(
+                        LostRound::released(parts, failures, elapsed, node_timeout).await,
+                    ));
+                }
+            }
+        } else {
+            None
+        };
+        // Still valid after the settlement's round trips?
+        if timing::validity(validity_lease, started.elapsed()).is_none() {
+            tracing::debug!("validity spent while settling the fencing token");
+            return Ok(Round::Lost(
+                LostRound::released(parts, failures, elapsed, node_timeout).await,
+            ));
+        }
+        let parts = parts.into_iter().map(|(_, part)| part).collect();
+        let shape = Shape::Quorum {
+            nodes: n,
+            required,
+            node_timeout,
+        };
+        Ok(Round::Won(Guard::quorum(
+            owner.clone(),
+            parts,
+            shape,
+            token,
+        )))
     }
 
-    /// The token of a fenced round: the highest INCR among the grants, then
-    /// every node's counter raised to it. `None` when fewer than a quorum of
-    /// nodes confirmed the raise (the token would not be safe).
-    async fn settle_token(&self, parts: &[HeldPart], node_timeout: Duration) -> Option<u64> {
-        let token = parts.iter().filter_map(|p| p.token).max()?;
-        let raises = join_all(self.locks.iter().map(|lock| async move {
-            let raise = protocol::raise_token(lock.keys(), token);
-            let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
-            matches!(raised, Ok(Ok(_)))
-        }))
-        .await;
-        let confirmed = raises.into_iter().filter(|ok| *ok).count();
+    /// The token of a fenced round (see [`policy::settle_token`]): every
+    /// node's counter raised to the highest INCR among the grants; when a
+    /// node reports a higher counter than that, every node raised again to
+    /// above it. `None` when no token can be proven higher than every
+    /// earlier holder's, or a quorum did not confirm it.
+    async fn settle_token(
+        &self,
+        parts: &[(usize, HeldPart)],
+        node_timeout: Duration,
+    ) -> Option<u64> {
+        let candidate = parts.iter().filter_map(|(_, p)| p.token).max().unwrap_or(0);
+        let raised = self.raise_counters(candidate, node_timeout).await;
+        let reports: Vec<CounterReport> = raised
+            .iter()
+            .filter_map(|(index, raised)| {
+                raised.map(|raised| CounterReport {
+                    before: raised.before,
+                    granted_here: parts.iter().any(|(granted, _)| granted == index),
+                })
+            })
+            .collect();
+        let token = policy::settle_token(candidate, &reports, self.locks.len(), self.quorum())?;
+        let confirmed = if token == candidate.max(1) && candidate > 0 {
+            raised.iter().filter(|(_, r)| r.is_some()).count()
+        } else {
+            // A node was ahead, or every counter was missing: raise again to
+            // the token itself.
+            let again = self.raise_counters(token, node_timeout).await;
+            again
+                .iter()
+                .filter(|(_, r)| r.is_some_and(|r| r.after >= token))
+                .count()
+        };
         (confirmed >= self.quorum()).then_some(token)
     }
+
+    /// Raises every node's fencing counter to at least `minimum`; each
+    /// node's answer, `None` where it failed or was late.
+    async fn raise_counters(
+        &self,
+        minimum: u64,
+        node_timeout: Duration,
+    ) -> Vec<(usize, Option<Raised>)> {
+        join_all(
+            self.locks
+                .iter()
+                .enumerate()
+                .map(|(index, lock)| async move {
+                    let raise = protocol::raise_token(lock.keys(), minimum);
+                    let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
+                    (index, raised.ok().and_then(Result::ok))
+                }),
+        )
+        .await
+    }
+
+    /// For a policy that needs independent servers: no two nodes may be one
+    /// server under two addresses (`localhost` and `127.0.0.1`, say), as
+    /// their `run_id`s tell once connected.
+    fn check_independent_servers(&self) -> Result<()> {
+        if !P::INDEPENDENT_SERVERS {
+            return Ok(());
+        }
+        let ids: Vec<Option<String>> = self
+            .locks
+            .iter()
+            .map(|lock| lock.node().server_run_id())
+            .collect();
+        for (i, a) in ids.iter().enumerate() {
+            for (j, b) in ids.iter().enumerate().skip(i + 1) {
+                if a.is_some() && a == b {
+                    return Err(Error::invalid(format!(
+                        "nodes {} and {} are one server (run_id {}): a {} needs independent servers",
+                        self.locks[i].node().addr(),
+                        self.locks[j].node().addr(),
+                        a.as_deref().unwrap_or_default(),
+                        P::NAME
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a round ended.
+enum Round {
+    Won(Guard),
+    Lost(LostRound),
 }
 
 /// A round that did not win: how many nodes granted (all released since),
@@ -289,18 +372,29 @@ async fn sleep_within(nap: Duration, deadline: Instant) {
 }
 
 impl LostRound {
+    /// Whether the failures that no retry mends are enough on their own to
+    /// keep the quorum out of reach.
+    fn is_permanent<P: QuorumPolicy>(&self, lock: &QuorumLock<P>) -> bool {
+        let permanent = self
+            .failures
+            .iter()
+            .filter(|f| matches!(&f.cause, FailureCause::Failed(e) if e.is_permanent()))
+            .count();
+        permanent > 0 && !policy::quorum_reachable(lock.locks.len(), lock.quorum(), permanent)
+    }
+
     /// Releases every grant at once, waiting at most `patience` (the
     /// per-node timeout) so a stalled node cannot stretch the caller's wait;
     /// releases still under way then finish in the background. Failures are
     /// logged (each part's lease bounds the damage).
     async fn released(
-        parts: Vec<HeldPart>,
+        parts: Vec<(usize, HeldPart)>,
         failures: Vec<NodeFailure>,
         elapsed: Duration,
         patience: Duration,
     ) -> LostRound {
         let granted = parts.len();
-        let releases = join_all(parts.into_iter().map(HeldPart::release));
+        let releases = join_all(parts.into_iter().map(|(_, part)| part.release()));
         match tokio::time::timeout(patience, releases).await {
             Ok(results) => {
                 for err in results.into_iter().filter_map(Result::err) {

@@ -11,13 +11,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{HeldPart, Lock};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
 use crate::node::Conn;
 use crate::owner::Owner;
-use crate::protocol::{self, Acquired, Call, Released};
+use crate::protocol::{self, Acquired};
 use crate::timing;
+use crate::watchdog::GrantRecord;
 
 /// Longest single wait when the lock's TTL is unknown (a key without expiry):
 /// bounds the cost of a lost unlock message.
@@ -58,14 +59,21 @@ impl Lock {
 
     /// Attempt; subscribe; then attempt again after every wake-up (unlock
     /// message, or the holder's TTL) until granted or past the deadline.
+    /// With a deadline, every attempt ends by it: a node that does not
+    /// answer cannot stretch the wait by its connect and reply timeouts.
     async fn wait_for_grant(
         &self,
         owner: &Owner,
         lease: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<Option<HeldPart>> {
-        if let Attempt::Granted(part) = self.attempt(owner, lease).await? {
-            return Ok(Some(part));
+        // The first attempt of a zero wait (`try_lock`) gets the node's own
+        // timeouts: a deadline already past would cut it before it is sent.
+        let first_bound = deadline.filter(|d| *d > Instant::now());
+        match self.attempt_by(owner, lease, first_bound).await? {
+            Some(Attempt::Granted(part)) => return Ok(Some(part)),
+            Some(Attempt::Taken(_)) => {}
+            None => return Err(self.no_answer()),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -84,9 +92,12 @@ impl Lock {
             let woken = subscription.wake().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let ttl = match self.attempt(owner, lease).await? {
-                Attempt::Granted(part) => return Ok(Some(part)),
-                Attempt::Taken(ttl) => ttl,
+            let ttl = match self.attempt_by(owner, lease, deadline).await? {
+                Some(Attempt::Granted(part)) => return Ok(Some(part)),
+                Some(Attempt::Taken(ttl)) => ttl,
+                // The wait ran out with this attempt in flight; the node
+                // answered before (taken), so: not acquired within the wait.
+                None => return Ok(None),
             };
             let mut nap = ttl.unwrap_or(MAX_BLIND_WAIT);
             if let Some(deadline) = deadline {
@@ -103,41 +114,79 @@ impl Lock {
         }
     }
 
+    /// [`Lock::attempt`], cut off at `deadline` if it comes first (`None`):
+    /// the attempt then finishes, and is undone, in the background.
+    async fn attempt_by(
+        &self,
+        owner: &Owner,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Attempt>> {
+        let Some(deadline) = deadline else {
+            return self.attempt(owner, lease).await.map(Some);
+        };
+        match tokio::time::timeout_at(deadline, self.attempt(owner, lease)).await {
+            Ok(attempt) => attempt.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The node did not answer within the whole wait.
+    fn no_answer(&self) -> Error {
+        Error::NodeUnavailable {
+            node: self.inner.node.addr().to_owned(),
+            reason: Unavailable::Timeout,
+            source: None,
+        }
+    }
+
     /// One acquire request. If the caller goes away while it is in flight,
-    /// the request still completes and a grant is released; if its outcome
-    /// is unknown (timeout, broken connection), it is rolled back in the
-    /// background on the same connection, behind the request.
+    /// the request still completes in the background, and whatever it did is
+    /// undone there ([`SentAcquire::settle`]); if its outcome is unknown
+    /// (timeout, broken connection), it is rolled back, exactly: only if it
+    /// was applied.
     pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
         let field = self.field(owner);
+        let hold_id: Arc<str> = protocol::new_request_id().into();
         let sent_at = Instant::now();
-        let request = self.clone().send_acquire(field.clone(), lease);
+        let request = self
+            .clone()
+            .send_acquire(field.clone(), hold_id.clone(), lease, sent_at);
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
-        let rollback = sent.rollback_patience();
+        let may_hold = sent.may_hold();
         match sent.reply {
-            Ok(Acquired::Granted(token)) => {
+            Ok(Acquired::Granted(grant)) => {
                 // No await between the grant and the part: from here on,
                 // dropping releases.
-                let renewal = lease.is_none().then(|| {
-                    self.inner.core.watchdogs.register(
-                        &self.inner.node,
-                        &self.inner.keys.name,
-                        &field,
-                        sent_at,
-                    )
-                });
+                let record = GrantRecord {
+                    sent_at,
+                    replied_at: sent.replied_at,
+                    ttl: grant.ttl,
+                    count: grant.count,
+                };
+                let registration = self.inner.core.watchdogs.register(
+                    &self.inner.node,
+                    &self.inner.keys.name,
+                    &field,
+                    record,
+                    lease.is_none(),
+                );
                 Ok(Attempt::Granted(HeldPart::new(
                     self.clone(),
                     field,
+                    hold_id,
                     lease,
-                    renewal,
-                    token,
-                    sent_at,
+                    registration,
+                    grant.token,
                 )))
             }
             Ok(Acquired::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
+            // Only a request rolled back before it arrived is cancelled, and
+            // nobody awaits those.
+            Ok(Acquired::Cancelled) => Ok(Attempt::Taken(None)),
             Err(err) => {
-                if let Some(patience) = rollback {
-                    tokio::spawn(sent.undo.roll_back(self.clone(), field, lease, patience));
+                if may_hold {
+                    tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
                 }
                 Err(err)
             }
@@ -146,13 +195,21 @@ impl Lock {
 
     /// Sends the acquire script. Owns everything it needs, so it can finish
     /// on its own, and keeps its connection for a rollback.
-    async fn send_acquire(self, field: Arc<str>, lease: Option<Duration>) -> SentAcquire {
+    async fn send_acquire(
+        self,
+        field: Arc<str>,
+        hold_id: Arc<str>,
+        lease: Option<Duration>,
+        sent_at: Instant,
+    ) -> SentAcquire {
         let mut sent = SentAcquire {
             reply: Ok(Acquired::Taken(None)),
+            replied_at: sent_at,
             undo: Undo::default(),
             lock: self,
             field,
-            lease,
+            hold_id,
+            sent_at,
         };
         // WAIT blocks its connection: take one nobody shares.
         let node = &sent.lock.inner.node;
@@ -169,20 +226,25 @@ impl Lock {
         };
         let lock = &sent.lock;
         let lease = lock.lease(lease);
-        let acquire = if lock.inner.fenced {
-            protocol::acquire_fenced(&lock.inner.keys, &sent.field, lease)
-        } else {
-            protocol::acquire(&lock.inner.keys, &sent.field, lease)
-        };
+        let acquire = protocol::acquire(
+            &lock.inner.keys,
+            &sent.field,
+            lease,
+            &sent.hold_id,
+            timing::hold_latch_ttl(lease),
+            lock.inner.fencing,
+        );
+        sent.undo.sent = true;
         sent.reply = conn.run(&acquire).await;
+        sent.replied_at = Instant::now();
         sent.undo.granted = matches!(sent.reply, Ok(Acquired::Granted(_)));
         if let (true, Some((replicas, timeout))) = (sent.undo.granted, lock.inner.replica_sync)
             && let Err(err) = lock
                 .sync_replicas(
                     &mut conn,
-                    &mut sent.undo.release,
+                    &mut sent.undo,
                     &sent.field,
-                    sent.lease,
+                    &sent.hold_id,
                     replicas,
                     timeout,
                 )
@@ -195,16 +257,15 @@ impl Lock {
     }
 
     /// `WAIT` for the grant just made on `conn` to reach `replicas`; when it
-    /// does not, release it again (same connection, so in order). The
-    /// release is kept in `sent_release`: if its outcome is unknown, the
-    /// rollback resends that very request, whose unlock latch then answers
-    /// for it instead of releasing a second hold.
+    /// does not, release it again (same connection, so in order). If that
+    /// release's outcome is unknown, the rollback settles it: the hold's
+    /// latch tells whether it ran.
     async fn sync_replicas(
         &self,
         conn: &mut Conn,
-        sent_release: &mut Option<Call<Released>>,
+        undo: &mut Undo,
         field: &str,
-        lease: Option<Duration>,
+        hold_id: &str,
         replicas: u32,
         timeout: Duration,
     ) -> Result<()> {
@@ -214,13 +275,13 @@ impl Lock {
         if acknowledged >= replicas {
             return Ok(());
         }
-        let release = sent_release.insert(self.release_call(field, lease));
-        match self
-            .traced_release(conn.run_patiently(release, self.inner.node.response_timeout()))
-            .await
-        {
+        let release = protocol::release(&self.inner.keys, field, hold_id);
+        let released = self
+            .traced_release(conn.run_patiently(&release, self.inner.node.response_timeout()))
+            .await;
+        match released {
             // Gone already (its lease ran out during the WAIT): released too.
-            Ok(_) | Err(Error::NotHeld { .. }) => {}
+            Ok(_) | Err(Error::NotHeld { .. }) => undo.released = true,
             Err(err) => return Err(err),
         }
         Err(Error::ReplicaSync {
@@ -236,74 +297,84 @@ impl Lock {
 struct SentAcquire {
     lock: Lock,
     field: Arc<str>,
-    lease: Option<Duration>,
+    hold_id: Arc<str>,
+    sent_at: Instant,
     undo: Undo,
     reply: Result<Acquired>,
+    replied_at: Instant,
 }
 
-/// What a rollback of an acquire goes through: the acquire's own
-/// connection, and a release already sent on it whose outcome is unknown.
+/// What a rollback of an acquire needs to know and goes through.
 #[derive(Default)]
 struct Undo {
-    /// The acquire itself was granted (whatever came after it).
+    /// The acquire left this process (it may have been applied).
+    sent: bool,
+    /// The acquire was granted (whatever came after it).
     granted: bool,
+    /// The grant was released again (replica sync failed).
+    released: bool,
+    /// The acquire's own connection: a rollback sent on it is applied after
+    /// the acquire, even when the node was paused in between.
     conn: Option<Conn>,
-    release: Option<Call<Released>>,
 }
 
 impl SentAcquire {
-    /// Whether this acquire must be undone if nobody holds it, and how long
-    /// the release may wait for its reply: a grant, briefly; a request that
-    /// got no answer, as long as its lease, the longest it could matter.
-    fn rollback_patience(&self) -> Option<Duration> {
-        let node = &self.lock.inner.node;
+    /// Whether the request may have left a hold nobody will own: granted
+    /// and not released since, or sent with its outcome unknown.
+    fn may_hold(&self) -> bool {
         match &self.reply {
-            Ok(Acquired::Granted(_)) => Some(node.response_timeout()),
-            Err(err) if err.outcome_unknown() => {
-                Some(self.lock.lease(self.lease).max(node.response_timeout()))
-            }
-            // Granted, then released by the replica check itself.
-            Err(Error::ReplicaSync { .. }) => None,
-            // Granted, then the replica check failed: still held.
-            Err(_) if self.undo.granted => Some(node.response_timeout()),
-            _ => None,
+            Ok(Acquired::Granted(_)) => true,
+            Ok(_) => false,
+            Err(_) if self.undo.released => false,
+            Err(err) => self.undo.granted || (self.undo.sent && err.outcome_unknown()),
         }
     }
 
     /// Nobody takes this reply: undo whatever it may have done.
     async fn settle(self) {
-        if let Some(patience) = self.rollback_patience() {
-            let lock = self.lock;
+        if self.may_hold() {
             self.undo
-                .roll_back(lock, self.field, self.lease, patience)
+                .roll_back(self.lock, self.field, self.hold_id, self.sent_at)
                 .await;
         }
     }
 }
 
 impl Undo {
-    /// Releases an acquire nobody will hold. The release goes on the
-    /// acquire's own connection, so it is applied after the acquire even
-    /// when the node was paused in between.
-    async fn roll_back(
-        self,
-        lock: Lock,
-        field: Arc<str>,
-        lease: Option<Duration>,
-        patience: Duration,
-    ) {
-        let Some(mut conn) = self.conn else {
-            return;
-        };
-        let release = self
-            .release
-            .unwrap_or_else(|| lock.release_call(&field, lease));
-        match lock
-            .traced_release(conn.run_patiently(&release, patience))
-            .await
-        {
-            Ok(_) | Err(Error::NotHeld { .. }) => {}
-            Err(err) => tracing::warn!(error = %err, "rollback of an abandoned acquire failed"),
+    /// Rolls back acquire `hold_id` (see `protocol::rollback`): undone if it
+    /// was applied, refused if it arrives later. Tried on the acquire's own
+    /// connection first, then on fresh ones with backoff, until the
+    /// acquire's hold latch would have expired: after that the server can
+    /// no longer tell, and the grant, if there was one, ends with its lease.
+    async fn roll_back(self, lock: Lock, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
+        let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
+        let rollback = protocol::rollback(lock.keys(), &field, &hold_id, timing::ROLLBACK_WINDOW);
+        let node = lock.node().clone();
+        let patience = node.response_timeout();
+        let mut conn = self.conn;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let attempt = match conn.take() {
+                Some(mut conn) => conn.run_patiently(&rollback, patience).await,
+                None => node.run(&rollback).await,
+            };
+            match lock.traced_release(async { attempt }).await {
+                Ok(_) | Err(Error::NotHeld { .. }) => return,
+                Err(err) if Instant::now() + backoff < give_up_at => {
+                    tracing::debug!(error = %err, "rollback failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        lock = %lock.name(),
+                        node = %node.addr(),
+                        error = %err,
+                        "rollback of an abandoned acquire gave up; if it was granted, it ends with its lease"
+                    );
+                    return;
+                }
+            }
         }
     }
 }

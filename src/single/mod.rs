@@ -15,10 +15,13 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::node::Node;
 use crate::owner::Owner;
-use crate::protocol::{self, LockKeys};
+use crate::protocol::{self, Fencing, LockKeys};
 use crate::timing::check_lease;
 
 pub(crate) use acquire::Attempt;
+
+/// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
+pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) use hold::HeldPart;
 
 /// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
@@ -72,8 +75,8 @@ struct LockInner {
     core: Arc<ClientCore>,
     node: Node,
     keys: LockKeys,
-    /// Fencing tokens are on.
-    fenced: bool,
+    /// How grants treat the fencing counter.
+    fencing: Fencing,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
 }
@@ -88,7 +91,7 @@ impl Lock {
                 core,
                 node,
                 keys: LockKeys::new(&name),
-                fenced: false,
+                fencing: Fencing::Off,
                 replica_sync: None,
             }),
             owner: None,
@@ -161,7 +164,7 @@ impl Lock {
     /// ```
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Lock {
-        self.rebuilt(|inner| inner.fenced = true)
+        self.rebuilt(|inner| inner.fencing = Fencing::Single)
     }
 
     /// This lock with replica sync: after each grant, `WAIT replicas timeout`
@@ -178,8 +181,10 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when `replicas` is 0 or `timeout` is under
-    /// 1 ms (`WAIT` with 0 would block forever).
+    /// [`Error::InvalidArgument`] when `replicas` is 0, or `timeout` is under
+    /// 1 ms (`WAIT` with 0 would block forever) or over
+    /// [`MAX_REPLICA_SYNC_TIMEOUT`] (a `WAIT` blocks its connection and the
+    /// acquire meanwhile).
     ///
     /// # Examples
     ///
@@ -196,8 +201,10 @@ impl Lock {
         if replicas == 0 {
             return Err(Error::invalid("replica sync needs at least one replica"));
         }
-        if timeout < Duration::from_millis(1) {
-            return Err(Error::invalid("replica sync timeout must be at least 1 ms"));
+        if timeout < Duration::from_millis(1) || timeout > MAX_REPLICA_SYNC_TIMEOUT {
+            return Err(Error::invalid(
+                "replica sync timeout must be from 1 ms to one minute (MAX_REPLICA_SYNC_TIMEOUT)",
+            ));
         }
         Ok(self.rebuilt(|inner| inner.replica_sync = Some((replicas, timeout))))
     }
@@ -213,7 +220,14 @@ impl Lock {
 
     /// True when fencing tokens are on.
     pub fn is_fenced(&self) -> bool {
-        self.inner.fenced
+        self.inner.fencing != Fencing::Off
+    }
+
+    /// This lock as a part of a fenced multi-node lock: its grants INCR the
+    /// counter only where it exists, and the quorum lock settles the token
+    /// (a node that lost its counter is seeded from the others).
+    pub(crate) fn with_quorum_fencing(&self) -> Lock {
+        self.rebuilt(|inner| inner.fencing = Fencing::Quorum)
     }
 
     /// The owner acquisitions through this handle hold for, resolved now: the

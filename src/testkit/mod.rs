@@ -24,6 +24,7 @@ mod fencing;
 mod poll;
 mod process;
 pub mod protocol;
+mod proxy;
 
 use std::io;
 
@@ -31,6 +32,7 @@ pub use containers::{RedisContainer, ReplicatedPair, Side};
 pub use fencing::FencedStore;
 pub use poll::{PollLimit, poll_until};
 pub use process::{RedisProcess, wait_replica_acks};
+pub use proxy::TcpProxy;
 
 /// A Redis server under test, with the faults a test can inject.
 ///

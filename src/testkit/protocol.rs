@@ -11,10 +11,10 @@
 //! # async fn demo(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
 //! let field = protocol::field("6f1c0e9a-client", "worker-1");
 //! // nil: granted, as the crate's own acquire would be.
-//! let granted: Option<i64> = protocol::acquire("orders:42", &field, Duration::from_secs(30))
+//! let reply: Vec<i64> = protocol::acquire("orders:42", &field, Duration::from_secs(30), "hold-1")
 //!     .invoke_async(conn)
 //!     .await?;
-//! assert_eq!(granted, None);
+//! assert_eq!(reply[0], 1, "granted, as the crate's own acquire would be");
 //! # Ok(()) }
 //! ```
 
@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use redis::ScriptInvocation;
 
-use crate::protocol::{self as wire, Call, LockKeys, Request};
+use crate::protocol::{self as wire, Call, Fencing, LockKeys, Request};
+use crate::timing;
 
 /// Holds renewed per script call by the watchdog: a node with `n` holds
 /// gets `n.div_ceil(RENEW_BATCH_SIZE)` renewal calls per tick.
@@ -55,30 +56,63 @@ pub fn unlock_latch(name: &str, request_id: &str) -> String {
     LockKeys::new(name).unlock_latch(request_id)
 }
 
-/// The acquire script call. Reply: nil when granted, else the key's PTTL.
-pub fn acquire(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
-    script(wire::acquire(&LockKeys::new(name), field, lease))
-}
-
-/// The fenced acquire script call. Reply: `{1, token}` when granted, else
-/// `{0, pttl}`.
-pub fn acquire_fenced(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
-    script(wire::acquire_fenced(&LockKeys::new(name), field, lease))
-}
-
-/// The release script call with the unlock latch of `request_id`. Reply:
-/// nil (not held), 0 (still held) or 1 (deleted and published).
-pub fn release(
+/// The acquire script call, as hold `hold_id` (any unique string; its
+/// release and rollback name it again). Reply: `{1, ttl after, count after,
+/// -1}` when granted, `{0, pttl}` when taken, `{-1}` when a rollback of this
+/// request came first.
+pub fn acquire(
     name: &str,
     field: &str,
     lease: Duration,
-    request_id: &str,
+    hold_id: &str,
 ) -> ScriptInvocation<'static> {
-    script(wire::release(
-        &LockKeys::new(name),
+    let keys = LockKeys::new(name);
+    script(wire::acquire(
+        &keys,
         field,
         lease,
-        request_id,
+        hold_id,
+        timing::hold_latch_ttl(lease),
+        Fencing::Off,
+    ))
+}
+
+/// The fenced acquire of a single-node lock (Redisson's fenced lock: the
+/// counter is INCRed on every grant). Reply as [`acquire`], with the token
+/// in place of -1.
+pub fn acquire_fenced(
+    name: &str,
+    field: &str,
+    lease: Duration,
+    hold_id: &str,
+) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(wire::acquire(
+        &keys,
+        field,
+        lease,
+        hold_id,
+        timing::hold_latch_ttl(lease),
+        Fencing::Single,
+    ))
+}
+
+/// The release script call of hold `hold_id`. Reply: nil (not held), 0
+/// (still held) or 1 (deleted and published); a retry returns the first
+/// result.
+pub fn release(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
+    script(wire::release(&LockKeys::new(name), field, hold_id))
+}
+
+/// The rollback of acquire request `hold_id`: undoes it only if it was
+/// granted, and refuses it if it arrives later. Reply: nil when nothing was
+/// undone, else as [`release`].
+pub fn rollback(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
+    script(wire::rollback(
+        &LockKeys::new(name),
+        field,
+        hold_id,
+        timing::ROLLBACK_WINDOW,
     ))
 }
 
