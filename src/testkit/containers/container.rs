@@ -13,11 +13,12 @@ use testcontainers::bollard::models::{
     NetworkDisconnectRequest, NetworkingConfig,
 };
 use testcontainers::bollard::query_parameters::{
-    CreateContainerOptionsBuilder, KillContainerOptionsBuilder, RemoveContainerOptionsBuilder,
-    StartContainerOptions,
+    CreateContainerOptionsBuilder, KillContainerOptionsBuilder, StartContainerOptions,
 };
 
-use super::docker::{LABEL, bounded, connect, ensure_image, image, keep_containers, run_detached};
+use super::docker::{
+    LABEL, bounded, connect, ensure_image, image, keep_containers, remove_container, run_detached,
+};
 use super::network::{Attachment, Network, Side};
 use crate::testkit::process::wait_until_ready;
 use crate::testkit::{PollLimit, TestServer};
@@ -29,6 +30,15 @@ pub(super) const READY_LIMIT: Duration = Duration::from_secs(30);
 /// How long a healed server may take to be reachable again (the host's
 /// neighbour cache has to forget the failed lookups).
 const HEAL_LIMIT: Duration = Duration::from_secs(15);
+
+/// Why a container is removed: a test done with it
+/// (`MULTILOCK_KEEP_CONTAINERS` may keep it), or a restart (which needs
+/// the name free, whatever that variable says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Done,
+    Restart,
+}
 
 /// A `redis-server` in a Docker container, removed when dropped (or kept,
 /// with `MULTILOCK_KEEP_CONTAINERS=1`).
@@ -307,7 +317,7 @@ impl RedisContainer {
     ///
     /// Dropping the future still removes the container: its `Drop` does.
     pub async fn rm(mut self) -> io::Result<()> {
-        let mut outcome = self.remove_container().await;
+        let mut outcome = self.remove(Removal::Done).await;
         for side in std::mem::take(&mut self.sides) {
             if let Some(network) = Arc::into_inner(side.network) {
                 outcome = outcome.and(network.remove(&self.docker).await);
@@ -316,23 +326,25 @@ impl RedisContainer {
         outcome
     }
 
-    async fn remove_container(&mut self) -> io::Result<()> {
-        let Some(id) = self.id.take() else {
-            return Ok(());
-        };
-        if keep_containers() {
-            tracing::info!(container = %self.name, url = %self.url(), "test kit keeps the container");
-            return Ok(());
+    /// Removes the container, for good ([`Removal::Done`], unless
+    /// `MULTILOCK_KEEP_CONTAINERS` keeps it) or to replace it
+    /// ([`Removal::Restart`]); nothing once removed.
+    async fn remove(&mut self, why: Removal) -> io::Result<()> {
+        match self.take_for_removal(why) {
+            Some(id) => remove_container(&self.docker, &id, &self.name).await,
+            None => Ok(()),
         }
-        let options = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        bounded(
-            format!("removing container {}", self.name),
-            self.docker.remove_container(&id, Some(options)),
-        )
-        .await
+    }
+
+    /// Forgets the container's id and returns it when the container is to
+    /// be removed: `None` when it was removed already, or is kept.
+    fn take_for_removal(&mut self, why: Removal) -> Option<String> {
+        let id = self.id.take()?;
+        if why == Removal::Done && keep_containers() {
+            tracing::info!(container = %self.name, url = %self.url(), "test kit keeps the container");
+            return None;
+        }
+        Some(id)
     }
 
     fn container(&self) -> io::Result<&str> {
@@ -456,7 +468,7 @@ impl TestServer for RedisContainer {
     /// Removes the container and creates it again at the same address,
     /// connected and running, with no data. Returns once it answers PING.
     async fn restart(&mut self) -> io::Result<()> {
-        self.remove_container_for_restart().await?;
+        self.remove(Removal::Restart).await?;
         self.create_and_run().await
     }
 
@@ -551,23 +563,6 @@ impl RedisContainer {
         }
         wait_until_ready(&self.url_from(side), HEAL_LIMIT).await
     }
-    /// Removes the container but keeps its name, address and network for
-    /// [`TestServer::restart`]. Unlike [`RedisContainer::rm`], this ignores
-    /// `MULTILOCK_KEEP_CONTAINERS`: a restart needs the name free.
-    async fn remove_container_for_restart(&mut self) -> io::Result<()> {
-        let Some(id) = self.id.take() else {
-            return Ok(());
-        };
-        let options = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        bounded(
-            format!("removing container {} for a restart", self.name),
-            self.docker.remove_container(&id, Some(options)),
-        )
-        .await
-    }
 }
 
 impl fmt::Debug for RedisContainer {
@@ -584,25 +579,10 @@ impl fmt::Debug for RedisContainer {
 
 impl Drop for RedisContainer {
     fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
-            return;
-        };
-        if keep_containers() {
-            tracing::info!(container = %self.name, url = %self.url(), "test kit keeps the container");
-            return;
+        if let Some(id) = self.take_for_removal(Removal::Done) {
+            let name = self.name.clone();
+            run_detached(move |docker| async move { remove_container(&docker, &id, &name).await });
         }
-        let name = self.name.clone();
-        run_detached(move |docker| async move {
-            let options = RemoveContainerOptionsBuilder::new()
-                .force(true)
-                .v(true)
-                .build();
-            bounded(
-                format!("removing container {name}"),
-                docker.remove_container(&id, Some(options)),
-            )
-            .await
-        });
         // The networks (a field) are dropped after this, each removed with
         // the last container that uses it.
     }

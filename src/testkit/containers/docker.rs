@@ -8,7 +8,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use testcontainers::bollard::Docker;
 use testcontainers::bollard::errors::Error as DockerError;
-use testcontainers::bollard::query_parameters::CreateImageOptionsBuilder;
+use testcontainers::bollard::query_parameters::{
+    CreateImageOptionsBuilder, RemoveContainerOptionsBuilder,
+};
 
 /// Environment variable naming the Redis image to run.
 pub const IMAGE_ENV: &str = "MULTILOCK_REDIS_IMAGE";
@@ -133,4 +135,28 @@ where
         Ok(Err(err)) => tracing::warn!(error = %err, "test kit cleanup failed"),
         Err(_) => tracing::warn!("test kit cleanup panicked"),
     }
+}
+
+/// Removes a container, running or not, with its anonymous volumes. The
+/// kit's one container removal: for `rm`, for a restart, and from `Drop`
+/// (through [`run_detached`], on a client of its own).
+pub(super) async fn remove_container(docker: &Docker, id: &str, name: &str) -> io::Result<()> {
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    bounded(
+        format!("removing container {name}"),
+        docker.remove_container(id, Some(options)),
+    )
+    .await
+}
+
+/// Removes a network: for `rm` and from `Drop`.
+pub(super) async fn remove_network(docker: &Docker, name: &str) -> io::Result<()> {
+    bounded(
+        format!("removing network {name}"),
+        docker.remove_network(name),
+    )
+    .await
 }

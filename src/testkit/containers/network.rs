@@ -11,7 +11,7 @@ use testcontainers::bollard::Docker;
 use testcontainers::bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
 
 use super::docker::{
-    DOCKER_CALL_LIMIT, LABEL, bounded, docker_error, keep_containers, run_detached,
+    DOCKER_CALL_LIMIT, LABEL, docker_error, keep_containers, remove_network, run_detached,
 };
 
 /// A bridge network of the kit's own, with a subnet it chose, so that
@@ -104,37 +104,36 @@ impl Network {
         Ok(Ipv4Addr::new(a, b, c, d + 2 + host))
     }
 
+    /// Removes the network (unless `MULTILOCK_KEEP_CONTAINERS` keeps it);
+    /// `Drop` then does nothing.
     pub(super) async fn remove(mut self, docker: &Docker) -> io::Result<()> {
-        self.armed = false;
+        if self.disarm() {
+            remove_network(docker, &self.name).await
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether the network is still to be removed; from now on `Drop` does
+    /// nothing.
+    fn disarm(&mut self) -> bool {
+        if !std::mem::replace(&mut self.armed, false) {
+            return false;
+        }
         if keep_containers() {
             tracing::info!(network = %self.name, "test kit keeps the network");
-            return Ok(());
+            return false;
         }
-        bounded(
-            format!("removing network {}", self.name),
-            docker.remove_network(&self.name),
-        )
-        .await
+        true
     }
 }
 
 impl Drop for Network {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.disarm() {
+            let name = self.name.clone();
+            run_detached(move |docker| async move { remove_network(&docker, &name).await });
         }
-        if keep_containers() {
-            tracing::info!(network = %self.name, "test kit keeps the network");
-            return;
-        }
-        let name = self.name.clone();
-        run_detached(move |docker| async move {
-            bounded(
-                format!("removing network {name}"),
-                docker.remove_network(&name),
-            )
-            .await
-        });
     }
 }
 
