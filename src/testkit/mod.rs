@@ -19,18 +19,21 @@
 //! # Ok(()) }
 //! ```
 
+mod command;
 pub mod containers;
 mod fencing;
 mod poll;
 mod process;
 pub mod protocol;
+mod replicated;
 
 use std::io;
 
-pub use containers::{RedisContainer, ReplicatedPair, Side};
+pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
 pub use poll::{PollLimit, poll_until};
-pub use process::{RedisProcess, wait_replica_acks};
+pub use process::RedisProcess;
+pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks};
 
 /// A Redis server under test, with the faults a test can inject.
 ///

@@ -20,13 +20,13 @@ use super::docker::{
     LABEL, bounded, connect, ensure_image, image, keep_containers, remove_container, run_detached,
 };
 use super::network::{Attachment, Network, Side};
-use crate::testkit::process::wait_until_ready;
+use crate::testkit::command::wait_until_ready;
 use crate::testkit::{PollLimit, TestServer};
 
 /// The port Redis listens on inside each container.
 pub const REDIS_PORT: u16 = 6379;
 /// How long a server may take to answer its first PING.
-pub(super) const READY_LIMIT: Duration = Duration::from_secs(30);
+const READY_LIMIT: Duration = Duration::from_secs(30);
 /// How long a healed server may take to be reachable again (the host's
 /// neighbour cache has to forget the failed lookups).
 const HEAL_LIMIT: Duration = Duration::from_secs(15);
@@ -378,25 +378,6 @@ impl RedisContainer {
             }
             poll.tick(|| format!("container {} still runs after SIGKILL", self.name))
                 .await?;
-        }
-    }
-
-    /// Runs one command against the server, for the kit's own checks.
-    pub(super) async fn command<T: redis::FromRedisValue>(
-        &self,
-        cmd: &redis::Cmd,
-    ) -> io::Result<T> {
-        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
-        let run = async {
-            let mut conn = client.get_multiplexed_async_connection().await?;
-            cmd.query_async::<T>(&mut conn).await
-        };
-        match tokio::time::timeout(Duration::from_secs(5), run).await {
-            Ok(result) => result.map_err(|err| io::Error::other(format!("{}: {err}", self.name))),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("{}: no reply within 5 s", self.name),
-            )),
         }
     }
 }

@@ -69,7 +69,7 @@ mod docker;
 mod network;
 mod replicated;
 
+pub use crate::testkit::ReplicatedPair;
 pub use container::{REDIS_PORT, RedisContainer};
 pub use docker::{DEFAULT_IMAGE, IMAGE_ENV, KEEP_ENV, image};
 pub use network::Side;
-pub use replicated::ReplicatedPair;
