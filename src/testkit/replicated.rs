@@ -21,8 +21,9 @@ pub(crate) const PRIMARY_FLAGS: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
 /// The steps of a [`ReplicatedPair`] that differ between backends: how the
 /// two servers start, and how the replication link is cut and restored.
 ///
-/// Implemented by [`RedisProcess`] and [`RedisContainer`]; the table on
-/// [`ReplicatedPair`] says what each does.
+/// Implemented by [`RedisProcess`] and [`RedisContainer`] (the table on
+/// [`ReplicatedPair`] says what each does), and by
+/// [`AnyServer`](super::AnyServer) by dispatch.
 pub trait ReplicaBackend: TestServer + Sync {
     /// Starts a primary, then a replica of it that keeps this role across
     /// restarts. Returns once both answer; the link may not be up yet.
@@ -44,11 +45,12 @@ pub trait ReplicaBackend: TestServer + Sync {
 /// plays the failover itself ([`ReplicatedPair::promote`]). The fields are
 /// public so tests can inject other faults into either server.
 ///
-/// One type for every backend `S`: [`RedisContainer`] (the default) or
-/// [`RedisProcess`]. What differs between backends is small: how the two
-/// servers start with the replica pointed at the primary, and how the
-/// replication link is cut and restored while clients still reach both
-/// servers. Those three steps are the [`ReplicaBackend`] trait. The rest
+/// One type for every backend `S`: [`RedisContainer`] (the default),
+/// [`RedisProcess`], or [`AnyServer`](super::AnyServer) for a backend
+/// chosen at run time ([`Backend::start_pair`](super::Backend::start_pair)).
+/// What differs between backends is small: how the two servers start with
+/// the replica pointed at the primary, and how the replication link is cut
+/// and restored while clients still reach both servers. Those three steps are the [`ReplicaBackend`] trait. The rest
 /// (link status, acknowledged writes, promotion, removal) is the same Redis
 /// commands on any backend and is written once, here.
 ///
