@@ -50,9 +50,10 @@ pub trait ReplicaBackend: TestServer + Sync {
 /// chosen at run time ([`Backend::start_pair`](super::Backend::start_pair)).
 /// What differs between backends is small: how the two servers start with
 /// the replica pointed at the primary, and how the replication link is cut
-/// and restored while clients still reach both servers. Those three steps are the [`ReplicaBackend`] trait. The rest
-/// (link status, acknowledged writes, promotion, removal) is the same Redis
-/// commands on any backend and is written once, here.
+/// and restored while clients still reach both servers. Those three steps
+/// are the [`ReplicaBackend`] trait. The rest (link status, acknowledged
+/// writes, promotion, removal) is the same Redis commands on any backend
+/// and is written once, here.
 ///
 /// | step | [`RedisProcess`] | [`RedisContainer`] |
 /// |---|---|---|

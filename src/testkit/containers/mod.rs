@@ -22,8 +22,9 @@
 //!
 //! Asymmetric partitions: servers from
 //! [`RedisContainer::start_many_two_sided`] sit on two networks, side A
-//! ([`TestServer::url`](crate::testkit::TestServer::url)) and side B ([`RedisContainer::url_from`]);
-//! [`RedisContainer::partition_side`] cuts one side only, so a client on
+//! ([`TestServer::url`](crate::testkit::TestServer::url)) and side B
+//! ([`RedisContainer::url_from`]); [`RedisContainer::partition_side`]
+//! cuts one side only, so a client on
 //! side A loses a server that a client on side B still reaches. A
 //! [`ReplicatedPair`] replicates over side B, so cutting its link leaves
 //! both servers reachable for clients.
@@ -64,6 +65,10 @@
 //! # Ok(()) }
 //! ```
 
+// docker.rs: the client, the image, bounded calls, the one removal;
+// network.rs: the kit's networks and the two sides; container.rs:
+// RedisContainer and its faults; replicated.rs: the container half of
+// ReplicatedPair.
 mod container;
 mod docker;
 mod network;
