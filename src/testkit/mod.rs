@@ -6,6 +6,18 @@
 //! re-exports. Each can be killed, paused, restarted on the same port,
 //! partitioned and healed, so a failover test runs on either.
 //!
+//! - Generic code takes any `S: TestServer`.
+//! - A program that picks the backend at run time holds [`AnyServer`]s,
+//!   started by a [`Backend`] (`Backend::Containers.start_many(5)`);
+//!   [`AnyServer`]'s own [`TestServer::start`] reads `MULTILOCK_BACKEND`
+//!   ([`BACKEND_ENV`]: `processes`, the default, or `containers`).
+//! - [`ReplicatedPair`] is a primary with one replica, on any backend, whose
+//!   replication link a test can cut, restore, and fail over.
+//! - [`PollLimit`] and [`poll_until`] wait for a condition with a deadline,
+//!   [`FencedStore`] is a resource that checks fencing tokens,
+//!   [`TcpProxy`] drops connections silently (a NAT, a black-holed route),
+//!   and [`protocol`] builds the crate's own script calls.
+//!
 //! ```no_run
 //! use multilock::testkit::{RedisProcess, TestServer};
 //!
@@ -19,20 +31,25 @@
 //! # Ok(()) }
 //! ```
 
+mod any;
+mod command;
 pub mod containers;
 mod fencing;
 mod poll;
 mod process;
 pub mod protocol;
 mod proxy;
+mod replicated;
 
 use std::io;
 
-pub use containers::{RedisContainer, ReplicatedPair, Side};
+pub use any::{AnyServer, BACKEND_ENV, Backend};
+pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
 pub use poll::{PollLimit, poll_until};
-pub use process::{RedisProcess, wait_replica_acks};
+pub use process::RedisProcess;
 pub use proxy::TcpProxy;
+pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks};
 
 /// A Redis server under test, with the faults a test can inject.
 ///

@@ -1,0 +1,47 @@
+//! The container half of a [`ReplicatedPair`](crate::testkit::ReplicatedPair):
+//! two servers on two networks, replication over side B.
+
+use std::io;
+use std::sync::Arc;
+
+use super::container::{REDIS_PORT, RedisContainer};
+use super::docker::{connect, ensure_image, image};
+use super::network::{Network, Side};
+use crate::testkit::ReplicaBackend;
+use crate::testkit::replicated::PRIMARY_FLAGS;
+
+impl ReplicaBackend for RedisContainer {
+    /// Starts both servers on two networks of their own: side A for
+    /// clients, side B for replication (`--replicaof <primary's side B
+    /// address> 6379`).
+    async fn start_pair() -> io::Result<(RedisContainer, RedisContainer)> {
+        let docker = connect().await?;
+        ensure_image(&docker, &image()).await?;
+        let clients = Arc::new(Network::create(&docker).await?);
+        let replication = Arc::new(Network::create(&docker).await?);
+        let networks = vec![clients, replication];
+        let primary_flags = PRIMARY_FLAGS.iter().map(|f| (*f).to_owned()).collect();
+        let primary =
+            RedisContainer::launch(docker.clone(), networks.clone(), primary_flags).await?;
+        let flags = vec![
+            "--replicaof".to_owned(),
+            primary.sides[Side::B.index()].ip.to_string(),
+            REDIS_PORT.to_string(),
+        ];
+        let replica = RedisContainer::launch(docker, networks, flags).await?;
+        Ok((primary, replica))
+    }
+
+    /// The replica leaves the replication network (side B).
+    async fn cut_link(_primary: &RedisContainer, replica: &mut RedisContainer) -> io::Result<()> {
+        replica.partition_side(Side::B).await
+    }
+
+    /// The replica rejoins the replication network (side B).
+    async fn restore_link(
+        _primary: &RedisContainer,
+        replica: &mut RedisContainer,
+    ) -> io::Result<()> {
+        replica.heal_side(Side::B).await
+    }
+}
