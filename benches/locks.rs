@@ -14,8 +14,9 @@
 //! - **rslock** 0.10: the Rust Redlock peer (`SET NX PX` to acquire, a
 //!   compare-and-delete script to release, retries instead of waiting);
 //! - **the limit**: one bare redis-rs `MultiplexedConnection` per node sending
-//!   the crate's own acquire and release scripts by EVALSHA, with the same
-//!   keys and arguments as the crate: the cost of the protocol alone. On one
+//!   the crate's own acquire and release script calls by EVALSHA, built by the
+//!   crate's protocol module (`multilock::testkit::protocol`), so the scripts,
+//!   keys and arguments are the crate's: the cost of the protocol alone. On one
 //!   node the two calls go one after the other; on several, each goes to all
 //!   nodes at once (`join_all`).
 //!
@@ -46,15 +47,16 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::join_all;
+use multilock::testkit::protocol::{self, RENEW_BATCH_SIZE};
 use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Guard, Lock, MultiLock, Node, RedLock};
 use redis::aio::MultiplexedConnection;
-use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
+use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -63,35 +65,10 @@ use tokio::task::JoinSet;
 type BenchResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
 
 /// Lease of every acquisition (multilock's lease, rslock's TTL, the
-/// limit's `ARGV[1]`): far longer than any run, so nothing expires.
+/// limit's): far longer than any run, so nothing expires.
 const LEASE: Duration = Duration::from_secs(30);
-const LEASE_MS: u64 = 30_000;
-/// The crate's unlock latch TTL and unlock message (`src/scripts.rs`).
-const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
-const UNLOCK_MESSAGE: &str = "0";
-/// The crate's watchdog batch (`RENEW_BATCH_SIZE` in `src/watchdog.rs`).
-const RENEW_BATCH: usize = 500;
 /// Server processes started; the 1- and 3-node cases use the first ones.
 const SERVERS: usize = 5;
-
-/// The crate's own Lua source of a script, as the test kit exposes it: the
-/// limit sends byte-identical scripts.
-fn crate_script(name: &str) -> Script {
-    let (_, source, _) = multilock::testkit::protocol::scripts()
-        .into_iter()
-        .find(|(n, _, _)| *n == name)
-        .unwrap_or_else(|| panic!("the crate has no script {name:?}"));
-    Script::new(source)
-}
-
-/// The crate's acquire script. KEYS[1] lock. ARGV[1] lease (ms), ARGV[2]
-/// field. Reply: nil when granted, else the lock's PTTL.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| crate_script("acquire"));
-/// The crate's release script. KEYS[1] lock, KEYS[2] channel, KEYS[3] unlock
-/// latch. ARGV[1] lease (ms), ARGV[2] field, ARGV[3] latch TTL (ms), ARGV[4]
-/// unlock message. Reply: 1 when the lock was deleted (and the message
-/// published).
-static RELEASE: LazyLock<Script> = LazyLock::new(|| crate_script("release"));
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -454,12 +431,12 @@ impl AnyLock {
 }
 
 /// The limit: a bare connection per node sending the crate's acquire and
-/// release scripts with the crate's keys and arguments, and nothing else.
+/// release script calls, as the crate's protocol module builds them, and
+/// nothing else.
 #[derive(Clone)]
 struct Limit {
     conns: Vec<MultiplexedConnection>,
     name: String,
-    channel: String,
     field: String,
 }
 
@@ -467,15 +444,13 @@ impl Limit {
     fn new(conns: Vec<MultiplexedConnection>, name: String) -> Limit {
         Limit {
             conns,
-            channel: format!("redisson_lock__channel:{{{name}}}"),
-            field: format!("{}:limit", uuid::Uuid::new_v4()),
+            field: protocol::field(&uuid::Uuid::new_v4().to_string(), "limit"),
             name,
         }
     }
 
     async fn acquire(&self) -> BenchResult {
-        let mut invocation = ACQUIRE.key(&self.name);
-        invocation.arg(LEASE_MS).arg(&self.field);
+        let invocation = protocol::acquire(&self.name, &self.field, LEASE);
         for reply in self.on_every_node::<Option<i64>>(&invocation).await {
             if let Some(pttl) = reply? {
                 return Err(format!("the limit found {} taken (PTTL {pttl} ms)", self.name).into());
@@ -486,19 +461,8 @@ impl Limit {
 
     async fn release(&self) -> BenchResult {
         // A fresh request id per release, as the crate does.
-        let latch = format!(
-            "redisson_unlock_latch:{{{}}}:{}",
-            self.name,
-            uuid::Uuid::new_v4()
-        );
-        let mut invocation = RELEASE.key(&self.name);
-        invocation
-            .key(&self.channel)
-            .key(&latch)
-            .arg(LEASE_MS)
-            .arg(&self.field)
-            .arg(UNLOCK_LATCH_TTL_MS)
-            .arg(UNLOCK_MESSAGE);
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let invocation = protocol::release(&self.name, &self.field, LEASE, &request_id);
         for reply in self.on_every_node::<Option<i64>>(&invocation).await {
             if reply? != Some(1) {
                 return Err(format!("the limit did not hold {}", self.name).into());
@@ -1411,7 +1375,7 @@ async fn held_under_watchdog(
             (calls + a.calls - b.calls, usec + a.usec - b.usec)
         });
     let worst = per_tick.iter().copied().fold(0.0, f64::max);
-    let expected = held.div_ceil(RENEW_BATCH) as f64;
+    let expected = held.div_ceil(RENEW_BATCH_SIZE) as f64;
     table.row(
         format!(
             "{} RedLocks held on {NODES} nodes: renewal calls per node per tick (worst node)",
@@ -1421,7 +1385,7 @@ async fn held_under_watchdog(
         Cell::of(worst),
         vec![Some(Cell::noted(
             expected,
-            format!("locks / {RENEW_BATCH}"),
+            format!("locks / {RENEW_BATCH_SIZE}"),
         ))],
     );
     report.renewals = Some((held, worst, expected));
@@ -1431,8 +1395,8 @@ async fn held_under_watchdog(
          for {:.1} ms.",
         settings.watchdog_timeout,
         usec as f64 / calls.max(1) as f64,
-        held.div_ceil(RENEW_BATCH),
-        usec as f64 / calls.max(1) as f64 * held.div_ceil(RENEW_BATCH) as f64 / 1e3,
+        held.div_ceil(RENEW_BATCH_SIZE),
+        usec as f64 / calls.max(1) as f64 * held.div_ceil(RENEW_BATCH_SIZE) as f64 / 1e3,
     ));
 
     // A lock+unlock under the same watchdog, on a node renewing `held` locks.
@@ -1915,7 +1879,7 @@ impl Report {
         if let Some((held, worst, expected)) = self.renewals {
             targets.push(Target {
                 goal: format!(
-                    "renewal calls per node per tick = ⌈locks / {RENEW_BATCH}⌉ ({} locks)",
+                    "renewal calls per node per tick = ⌈locks / {RENEW_BATCH_SIZE}⌉ ({} locks)",
                     group(held as f64)
                 ),
                 measured: format!("{worst:.1} (expected {expected:.0})"),
