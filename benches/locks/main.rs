@@ -43,8 +43,10 @@
 //! contenders behind one interface; `report` and `latency_cdf` write what was
 //! measured. This file holds the settings, the servers and the run order.
 //!
-//! The report goes to stdout and `target/bench/results.md`, the latency CDFs
-//! to `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set).
+//! The full report goes to `target/bench/results.md`, the latency CDFs to
+//! `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set);
+//! stdout gets a summary: each section's headline figure with its target,
+//! met or missed, and where the report is.
 
 mod contended;
 mod contenders;
@@ -109,8 +111,13 @@ async fn run() -> BenchResult {
     wire_commands::commands(&settings, &servers, &mut report).await?;
 
     progress("done");
-    report.header = machine_line(&servers, &settings, started.elapsed()).await;
-    report.publish()
+    let took = started.elapsed();
+    report.header = machine_line(&servers, &settings, took).await;
+    report.publish(&format!(
+        "{} run, {:.0} s",
+        settings.name(),
+        took.as_secs_f64()
+    ))
 }
 
 // ---------------------------------------------------------------------------

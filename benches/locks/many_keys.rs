@@ -67,6 +67,9 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             } else {
                 "5 nodes, RedLock"
             };
+            report
+                .many_keys
+                .push((format!("{what}, K={k}"), ours, limit));
             table.row(
                 format!("{what}, K={k}"),
                 Unit::PerSecond,
