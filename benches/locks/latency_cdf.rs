@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::contenders::Latencies;
 
+/// One panel of the plot: a case, and each contender's latencies in it.
 pub struct Panel {
     title: String,
     series: Vec<(String, Latencies)>,
