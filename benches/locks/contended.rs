@@ -1,0 +1,280 @@
+//! (b) One contended lock on one node: K tasks acquire and release it in a
+//! loop, either tight (the releaser races the waiters) or handing off (every
+//! grant goes to a parked waiter). Measures the hand-off from one holder's
+//! release to the next holder's grant, throughput, fairness and the server's
+//! CPU per grant.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use multilock::{Client, Node};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Latencies, join_within, nanos};
+use crate::latency_cdf::Panel;
+use crate::report::{Cell, Report, Table, Unit, group};
+use crate::{BenchResult, Servers, Settings};
+
+/// For each K, a tight and a hand-off loop of multilock's Lock, rslock
+/// with its default retries, and rslock with each retry delay of the sweep.
+pub async fn contended(
+    settings: &Settings,
+    servers: &Servers,
+    round_trip: f64,
+    report: &mut Report,
+) -> BenchResult {
+    let client = Client::new();
+    let node = Node::new(&servers.urls[0])?;
+    let delays: Vec<String> = settings
+        .rslock_delays
+        .iter()
+        .map(|d| format!("{} ms", d.as_millis()))
+        .collect();
+    let mut table = Table::new(
+        "(b) Contended: K tasks on one lock (1 node), acquire → release in a loop",
+        &format!(
+            "tight loop: each task releases at once and acquires again at once; hand-off loop: \
+             each task holds 1 ms, releases, and steps back until another task was granted, so \
+             every grant goes to a parked waiter. Hand-off = another task's grant after the \
+             holder's release completed (one clock); re-grants = grants straight back to the \
+             task that had just released; a round trip = half the limit's 1-node lock+unlock \
+             p50 ({round_trip:.1} µs); Redis CPU = the server's user+system CPU time over the \
+             run (INFO cpu) per grant; rslock tuned = unlimited retries and the retry delay, \
+             of {}, with the lowest hand-off p50",
+            delays.join(", ")
+        ),
+        &["1 round trip", "rslock default", "rslock tuned"],
+    );
+    for &k in &settings.tasks {
+        for pace in [Pace::Tight, Pace::HandOff] {
+            let case = match pace {
+                Pace::Tight => format!("K={k}, tight loop"),
+                Pace::HandOff => format!("K={k}, hand-off loop"),
+            };
+            let name = |who: &str| format!("bench:handoff:{case}:{who}");
+            let ours = client.lock(&node, name("multilock"))?;
+            let ours = Contender::multilock(AnyLock::Single(ours));
+            let ours = contend_on(servers, &ours, k, settings.run_for, pace).await?;
+            let default = Contender::Rslock {
+                manager: servers.rslock(1),
+                resource: name("rslock"),
+            };
+            let default = contend_on(servers, &default, k, settings.run_for, pace).await?;
+            let mut tuned: Option<(Duration, Contention)> = None;
+            for &delay in &settings.rslock_delays {
+                let mut manager = servers.rslock(1);
+                manager.set_retry(u32::MAX, delay);
+                let contender = Contender::Rslock {
+                    manager,
+                    resource: name(&format!("rslock-{}", delay.as_millis())),
+                };
+                let run = contend_on(servers, &contender, k, settings.run_for, pace).await?;
+                report.notes.push(format!(
+                    "(b) {case}, rslock retry delay {delay:?}: hand-off p50 {:.1} µs, p99 \
+                     {:.1} µs, {} acquisitions/s, {:.0} % re-grants, Redis CPU {:.1} µs per \
+                     acquisition.",
+                    run.handoffs.p50(),
+                    run.handoffs.p99(),
+                    group(run.per_second),
+                    run.regrants,
+                    run.server_cpu
+                ));
+                if tuned
+                    .as_ref()
+                    .is_none_or(|(_, best)| run.handoffs.p50() < best.handoffs.p50())
+                {
+                    tuned = Some((delay, run));
+                }
+            }
+
+            let mut figures: Vec<Figure> = vec![
+                ("hand-off p50 (µs)", Unit::Micros, |c| c.handoffs.p50()),
+                ("hand-off p99 (µs)", Unit::Micros, |c| c.handoffs.p99()),
+                ("acquisitions/s", Unit::PerSecond, |c| c.per_second),
+                ("Redis CPU per acquisition (µs)", Unit::Micros, |c| {
+                    c.server_cpu
+                }),
+            ];
+            if pace == Pace::Tight {
+                figures.push(("re-grants (%)", Unit::Percent, |c| c.regrants));
+            }
+            for (figure, unit, pick) in figures {
+                let rtt = figure.starts_with("hand-off").then(|| Cell::of(round_trip));
+                let tuned = tuned.as_ref().map(|(delay, run)| {
+                    Cell::noted(pick(run), format!("{} ms", delay.as_millis()))
+                });
+                table.row(
+                    format!("{case}: {figure}"),
+                    unit,
+                    Cell::of(pick(&ours)),
+                    vec![rtt, Some(Cell::of(pick(&default))), tuned],
+                );
+            }
+            report.notes.push(format!(
+                "(b) {case}: {} of {} multilock hand-offs (rslock default: {} of {}) were \
+                 granted before the previous holder had its release reply: counted as zero.",
+                ours.early,
+                ours.handoffs.0.len(),
+                default.early,
+                default.handoffs.0.len(),
+            ));
+            if pace == Pace::HandOff && settings.tasks.last() == Some(&k) {
+                let mut panel = Panel::new(format!("Contended hand-off, {case}, 1 node"));
+                panel.add("multilock Lock".into(), ours.handoffs.clone());
+                panel.add("rslock default".into(), default.handoffs.clone());
+                if let Some((delay, run)) = &tuned {
+                    let label = format!("rslock tuned ({} ms)", delay.as_millis());
+                    panel.add(label, run.handoffs.clone());
+                }
+                report.panels.push(panel);
+            }
+            report.handoffs.push((case, ours));
+        }
+    }
+    report.tables.push(table);
+    Ok(())
+}
+
+/// A row of the contended table: its name, unit, and how to read it.
+type Figure = (&'static str, Unit, fn(&Contention) -> f64);
+
+/// How the tasks of a contended case loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// Release at once and acquire again at once: the releaser races the
+    /// waiters.
+    Tight,
+    /// Hold for [`HOLD`], release, then step back until another task was
+    /// granted: every grant goes to a task that was already waiting, so the
+    /// hand-off is the waiters' wake-up alone.
+    HandOff,
+}
+
+/// How long a hand-off loop holds the lock: long enough for every other
+/// task to be parked when it is released.
+const HOLD: Duration = Duration::from_millis(1);
+
+/// One hold in a contended run.
+struct Hold {
+    task: usize,
+    granted: Instant,
+    released: Instant,
+}
+
+/// The outcome of K tasks fighting over one lock.
+pub struct Contention {
+    /// Hand-offs to another task: its grant after the previous holder's
+    /// release completed.
+    pub handoffs: Latencies,
+    /// Of those, grants that came before the previous holder had its release
+    /// reply (counted as zero).
+    early: usize,
+    /// Share of grants that went straight back to the task that had just
+    /// released (barging), in %.
+    regrants: f64,
+    per_second: f64,
+    /// Grants over the whole run, warm-up and drain included.
+    grants: u64,
+    /// Server CPU per grant, µs (set by the caller, who reads INFO cpu).
+    server_cpu: f64,
+}
+
+/// K tasks acquire and release one lock in a loop for `run_for`; the first
+/// tenth is warm-up.
+async fn contend(
+    contender: &Contender,
+    tasks: usize,
+    run_for: Duration,
+    pace: Pace,
+) -> BenchResult<Contention> {
+    let start = Instant::now();
+    let counted_from = start + run_for / 10;
+    let stop_at = start + run_for;
+    let holds = Arc::new(Mutex::new(Vec::new()));
+    let (grants, _) = watch::channel(0u64);
+    let grants = Arc::new(grants);
+    let mut set = JoinSet::new();
+    for task in 0..tasks {
+        let contender = contender.clone();
+        let holds = holds.clone();
+        let grants = grants.clone();
+        set.spawn(async move {
+            let mut others = grants.subscribe();
+            loop {
+                let held = contender.acquire().await?;
+                let granted = Instant::now();
+                let mut grant = 0;
+                grants.send_modify(|count| {
+                    *count += 1;
+                    grant = *count;
+                });
+                if pace == Pace::HandOff {
+                    tokio::time::sleep(HOLD).await;
+                }
+                contender.release(held).await?;
+                let released = Instant::now();
+                if granted >= stop_at {
+                    return BenchResult::Ok(());
+                }
+                if granted >= counted_from {
+                    let mut holds = holds.lock().expect("no task panics holding it");
+                    holds.push(Hold {
+                        task,
+                        granted,
+                        released,
+                    });
+                }
+                if pace == Pace::HandOff {
+                    // Bounded: near the end, the others may have left.
+                    let next = others.wait_for(|count| *count > grant);
+                    let _ = tokio::time::timeout(Duration::from_millis(500), next).await;
+                }
+            }
+        });
+    }
+    join_within(set, DRAIN_LIMIT).await?;
+
+    let mut holds = std::mem::take(&mut *holds.lock().expect("no task panics holding it"));
+    holds.sort_unstable_by_key(|hold| hold.granted);
+    let (mut early, mut regrants, mut gaps) = (0, 0, Vec::with_capacity(holds.len()));
+    for pair in holds.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        if after.task == before.task {
+            regrants += 1;
+            continue;
+        }
+        gaps.push(
+            match after.granted.checked_duration_since(before.released) {
+                Some(gap) => nanos(gap),
+                None => {
+                    early += 1;
+                    0
+                }
+            },
+        );
+    }
+    Ok(Contention {
+        handoffs: Latencies::new(gaps),
+        early,
+        regrants: 100.0 * regrants as f64 / holds.len().saturating_sub(1).max(1) as f64,
+        per_second: holds.len() as f64 / (stop_at - counted_from).as_secs_f64(),
+        grants: *grants.borrow(),
+        server_cpu: f64::NAN,
+    })
+}
+
+/// [`contend`] on the first server, with the server's CPU time per grant.
+async fn contend_on(
+    servers: &Servers,
+    contender: &Contender,
+    tasks: usize,
+    run_for: Duration,
+    pace: Pace,
+) -> BenchResult<Contention> {
+    let cpu_before = servers.cpu_seconds(0).await?;
+    let mut run = contend(contender, tasks, run_for, pace).await?;
+    let cpu = servers.cpu_seconds(0).await? - cpu_before;
+    run.server_cpu = cpu * 1e6 / run.grants.max(1) as f64;
+    Ok(run)
+}

@@ -1,0 +1,343 @@
+//! Lock benchmarks: multilock against rslock and against "the limit".
+//!
+//! ```text
+//! cargo bench --bench locks                            # full run, about 2 minutes
+//! MULTILOCK_BENCH_SMOKE=1 cargo bench --bench locks    # smoke run, a few seconds (CI)
+//! cargo bench --bench locks -- --smoke                 # the same
+//! ```
+//!
+//! The program starts its own `redis-server` processes (five; the 1- and
+//! 3-node figures use the first one and the first three) and measures every
+//! contender on the same processes in the same run:
+//!
+//! - **multilock**: this crate's `Lock`, `MultiLock` and `RedLock`;
+//! - **rslock** 0.10: the Rust Redlock peer (`SET NX PX` to acquire, a
+//!   compare-and-delete script to release, retries instead of waiting);
+//! - **the limit**: one bare redis-rs `MultiplexedConnection` per node sending
+//!   the crate's own acquire and release script calls by EVALSHA, built by the
+//!   crate's protocol module (`multilock::testkit::protocol`), so the scripts,
+//!   keys and arguments are the crate's: the cost of the protocol alone. On one
+//!   node the two calls go one after the other; on several, each goes to all
+//!   nodes at once (`join_all`).
+//!
+//! What is measured, in order:
+//!
+//! - (a) uncontended lock+unlock latency on 1, 3 and 5 nodes, and the CPU
+//!   each lock+unlock uses in this process and on the servers;
+//! - (b) one contended lock: K tasks acquire and release it in a loop, either
+//!   tight (the releaser races the waiters: throughput and fairness) or
+//!   handing off (hold 1 ms, then step back: every grant goes to a waiter).
+//!   The hand-off is the time from one holder's release completing to the
+//!   next holder's grant, both read from one monotonic clock; rslock runs
+//!   with its default retries and with the best retry delay of a sweep;
+//! - (c) many keys: K tasks on K different locks, acquisitions per second;
+//! - (d) scale: server connections and this process's memory with 10,000
+//!   tasks waiting on one lock; watchdog renewal calls per node per tick with
+//!   10,000 locks held, and the latency of a lock+unlock meanwhile;
+//! - (e) Redis commands per uncontended lock+unlock: sent on the wire
+//!   (MONITOR), executed including the commands scripts run (`INFO
+//!   commandstats`), and the server time they take.
+//!
+//! Each measurement has its own file (`uncontended`, `contended`,
+//! `many_keys`, `scale`, `wire_commands`); `contenders` puts the three
+//! contenders behind one interface; `report` and `latency_cdf` write what was
+//! measured. This file holds the settings, the servers and the run order.
+//!
+//! The full report goes to `target/bench/results.md`, the latency CDFs to
+//! `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set);
+//! stdout gets a summary: each section's headline figure with its target,
+//! met or missed, and where the report is.
+
+mod contended;
+mod contenders;
+mod latency_cdf;
+mod many_keys;
+mod report;
+mod scale;
+mod uncontended;
+mod wire_commands;
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use multilock::Node;
+use multilock::testkit::{RedisProcess, TestServer};
+use redis::FromRedisValue;
+use redis::aio::MultiplexedConnection;
+
+use crate::report::{Report, machine_line};
+
+type BenchResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Lease of every acquisition (multilock's lease, rslock's TTL, the
+/// limit's): far longer than any run, so nothing expires.
+const LEASE: Duration = Duration::from_secs(30);
+/// Server processes started; the 1- and 3-node cases use the first ones.
+const SERVERS: usize = 5;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("benchmark failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> BenchResult {
+    let settings = Settings::from_env();
+    let started = Instant::now();
+    eprintln!(
+        "starting {SERVERS} redis-server processes ({} run)",
+        settings.name()
+    );
+    let servers = Servers::start(SERVERS).await?;
+    let mut report = Report::default();
+
+    let progress = |step: &str| eprintln!("[{:6.1} s] {step}", started.elapsed().as_secs_f64());
+    progress("(a) uncontended lock+unlock");
+    let rtt = uncontended::uncontended(&settings, &servers, &mut report).await?;
+    progress("(b) contended hand-off");
+    contended::contended(&settings, &servers, rtt, &mut report).await?;
+    progress("(c) many keys");
+    many_keys::many_keys(&settings, &servers, &mut report).await?;
+    progress("(d) scale: waiters, then locks held under the watchdog");
+    scale::scale(&settings, &servers, &mut report).await?;
+    progress("(e) commands per lock+unlock");
+    wire_commands::commands(&settings, &servers, &mut report).await?;
+
+    progress("done");
+    let took = started.elapsed();
+    report.header = machine_line(&servers, &settings, took).await;
+    report.publish(&format!(
+        "{} run, {:.0} s",
+        settings.name(),
+        took.as_secs_f64()
+    ))
+}
+
+// ---------------------------------------------------------------------------
+// Settings
+
+/// How much to measure: the full run, or the smoke run CI does.
+struct Settings {
+    smoke: bool,
+    /// Uncontended lock+unlock: untimed warm-up per contender, then timed
+    /// iterations split into rounds that alternate between the contenders, so
+    /// that drift in the machine's state hits every contender alike.
+    warmup: usize,
+    iterations: usize,
+    rounds: usize,
+    /// Task counts K of the contended and many-keys cases, and how long each
+    /// case runs (its first tenth is a warm-up, not counted).
+    tasks: Vec<usize>,
+    run_for: Duration,
+    /// rslock retry delays tried for its tuned figures (with unlimited
+    /// retries); the tuned column shows the one with the lowest hand-off p50.
+    rslock_delays: Vec<Duration>,
+    /// Tasks waiting on one lock.
+    waiters: usize,
+    /// Locks held under the watchdog, and its timeout (renewal every third).
+    held_locks: usize,
+    watchdog_timeout: Duration,
+    /// Lock+unlock per contender while counting commands.
+    command_iterations: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let smoke = std::env::var("MULTILOCK_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0")
+            || std::env::args().any(|arg| arg == "--smoke");
+        if smoke {
+            Settings {
+                smoke,
+                warmup: 20,
+                iterations: 200,
+                rounds: 2,
+                tasks: vec![4, 16],
+                run_for: Duration::from_millis(150),
+                rslock_delays: vec![Duration::from_millis(1)],
+                waiters: 500,
+                held_locks: 1_200,
+                watchdog_timeout: Duration::from_millis(300),
+                command_iterations: 50,
+            }
+        } else {
+            Settings {
+                smoke,
+                warmup: 300,
+                iterations: 4_000,
+                rounds: 8,
+                tasks: vec![8, 64],
+                run_for: Duration::from_millis(1500),
+                rslock_delays: [1, 5, 20].map(Duration::from_millis).to_vec(),
+                waiters: 10_000,
+                held_locks: 10_000,
+                watchdog_timeout: Duration::from_secs(3),
+                command_iterations: 500,
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        if self.smoke { "smoke" } else { "full" }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The servers
+
+/// The redis-server processes every contender runs against, with one admin
+/// connection to each for INFO (it sends nothing else).
+struct Servers {
+    urls: Vec<String>,
+    admin: Vec<MultiplexedConnection>,
+    /// Killed when dropped.
+    _processes: Vec<RedisProcess>,
+}
+
+impl Servers {
+    async fn start(n: usize) -> BenchResult<Servers> {
+        let processes = RedisProcess::start_many(n).await?;
+        let urls: Vec<String> = processes.iter().map(TestServer::url).collect();
+        let mut admin = Vec::with_capacity(n);
+        for url in &urls {
+            let client = redis::Client::open(url.as_str())?;
+            admin.push(client.get_multiplexed_async_connection().await?);
+        }
+        Ok(Servers {
+            urls,
+            admin,
+            _processes: processes,
+        })
+    }
+
+    /// multilock nodes for the first `n` servers (default settings).
+    fn nodes(&self, n: usize) -> BenchResult<Vec<Node>> {
+        Ok(self.urls[..n]
+            .iter()
+            .map(|url| Node::new(url))
+            .collect::<multilock::Result<_>>()?)
+    }
+
+    /// An rslock manager over the first `n` servers, default retries.
+    fn rslock(&self, n: usize) -> rslock::LockManager {
+        rslock::LockManager::new(self.urls[..n].to_vec())
+    }
+
+    /// The limit's connections to the first `n` servers: RESP3, like the
+    /// crate's.
+    async fn bare_connections(&self, n: usize) -> BenchResult<Vec<MultiplexedConnection>> {
+        let mut conns = Vec::with_capacity(n);
+        for url in &self.urls[..n] {
+            let client = redis::Client::open(format!("{url}/?protocol=resp3"))?;
+            conns.push(client.get_multiplexed_async_connection().await?);
+        }
+        Ok(conns)
+    }
+
+    async fn query<T: FromRedisValue>(&self, node: usize, cmd: &redis::Cmd) -> BenchResult<T> {
+        Ok(cmd.query_async(&mut self.admin[node].clone()).await?)
+    }
+
+    async fn info(&self, node: usize, section: &str) -> BenchResult<String> {
+        self.query(node, redis::cmd("INFO").arg(section)).await
+    }
+
+    /// `calls` per command from `INFO commandstats`.
+    async fn command_stats(&self, node: usize) -> BenchResult<BTreeMap<String, CommandStat>> {
+        Ok(parse_command_stats(&self.info(node, "commandstats").await?))
+    }
+
+    /// EVALSHA's stats on each of the first `n` servers.
+    async fn evalsha_stats(&self, n: usize) -> BenchResult<Vec<CommandStat>> {
+        let mut stats = Vec::with_capacity(n);
+        for node in 0..n {
+            let all = self.command_stats(node).await?;
+            stats.push(all.get("evalsha").copied().unwrap_or_default());
+        }
+        Ok(stats)
+    }
+
+    /// CPU time the server has used so far (user + system), in seconds.
+    async fn cpu_seconds(&self, node: usize) -> BenchResult<f64> {
+        cpu_seconds(&self.info(node, "cpu").await?)
+    }
+
+    async fn connected_clients(&self, node: usize) -> BenchResult<u64> {
+        let info = self.info(node, "clients").await?;
+        info_field(&info, "connected_clients")
+            .ok_or_else(|| "INFO clients has no connected_clients".into())
+    }
+
+    /// Connections subscribed to at least one channel or pattern.
+    async fn subscription_connections(&self, node: usize) -> BenchResult<usize> {
+        let list: String = self.query(node, redis::cmd("CLIENT").arg("LIST")).await?;
+        Ok(list
+            .lines()
+            .filter(|line| {
+                line.split(' ').any(|kv| {
+                    kv.strip_prefix("sub=")
+                        .or_else(|| kv.strip_prefix("psub="))
+                        .is_some_and(|n| n != "0")
+                })
+            })
+            .count())
+    }
+}
+
+/// A server's CPU time (user + system, seconds) from its `INFO cpu`.
+fn cpu_seconds(info: &str) -> BenchResult<f64> {
+    let field = |name: &str| -> BenchResult<f64> {
+        info.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .ok_or_else(|| format!("INFO cpu has no {name}").into())
+    };
+    Ok(field("used_cpu_user")? + field("used_cpu_sys")?)
+}
+
+fn info_field(info: &str, field: &str) -> Option<u64> {
+    info.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key == field).then(|| value.trim().parse().ok())?
+    })
+}
+
+/// One line of `INFO commandstats`.
+#[derive(Clone, Copy, Default)]
+struct CommandStat {
+    calls: u64,
+    /// Server time spent in the command (for a script: the whole script).
+    usec: u64,
+}
+
+/// `cmdstat_evalsha:calls=12,usec=345,...` lines, by command.
+fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            let stat = CommandStat {
+                calls: field("calls")?,
+                usec: field("usec")?,
+            };
+            Some((name.to_owned(), stat))
+        })
+        .collect()
+}
