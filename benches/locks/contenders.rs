@@ -40,7 +40,8 @@ pub enum AnyLock {
 pub enum Held {
     Guard(Guard),
     Rslock(rslock::Lock),
-    Limit,
+    /// The limit's hold, named by the id its acquire was sent with.
+    Limit(String),
 }
 
 impl Contender {
@@ -59,10 +60,7 @@ impl Contender {
             Contender::Rslock { manager, resource } => {
                 Held::Rslock(manager.acquire_no_guard(resource.as_str(), LEASE).await?)
             }
-            Contender::Limit(limit) => {
-                limit.acquire().await?;
-                Held::Limit
-            }
+            Contender::Limit(limit) => Held::Limit(limit.acquire().await?),
         })
     }
 
@@ -71,8 +69,8 @@ impl Contender {
             (_, Held::Guard(guard)) => guard.unlock().await?,
             // Best effort by design: rslock reports nothing.
             (_, Held::Rslock(lock)) => lock.release().await,
-            (Contender::Limit(limit), Held::Limit) => limit.release().await?,
-            (_, Held::Limit) => unreachable!("only the limit makes a limit hold"),
+            (Contender::Limit(limit), Held::Limit(hold_id)) => limit.release(&hold_id).await?,
+            (_, Held::Limit(_)) => unreachable!("only the limit makes a limit hold"),
         }
         Ok(())
     }
@@ -115,20 +113,22 @@ impl Limit {
         }
     }
 
-    async fn acquire(&self) -> BenchResult {
-        let invocation = protocol::acquire(&self.name, &self.field, LEASE);
-        for reply in self.on_every_node::<Option<i64>>(&invocation).await {
-            if let Some(pttl) = reply? {
-                return Err(format!("the limit found {} taken (PTTL {pttl} ms)", self.name).into());
+    /// One acquire, as hold a fresh id (as the crate makes them); the id
+    /// names the hold for its release.
+    async fn acquire(&self) -> BenchResult<String> {
+        let hold_id = protocol::new_hold_id();
+        let invocation = protocol::acquire(&self.name, &self.field, LEASE, &hold_id);
+        for reply in self.on_every_node::<Vec<i64>>(&invocation).await {
+            let reply = reply?;
+            if reply.first() != Some(&1) {
+                return Err(format!("the limit found {} taken: {reply:?}", self.name).into());
             }
         }
-        Ok(())
+        Ok(hold_id)
     }
 
-    async fn release(&self) -> BenchResult {
-        // A fresh request id per release, as the crate does.
-        let request_id = uuid::Uuid::new_v4().to_string();
-        let invocation = protocol::release(&self.name, &self.field, LEASE, &request_id);
+    async fn release(&self, hold_id: &str) -> BenchResult {
+        let invocation = protocol::release(&self.name, &self.field, hold_id);
         for reply in self.on_every_node::<Option<i64>>(&invocation).await {
             if reply? != Some(1) {
                 return Err(format!("the limit did not hold {}", self.name).into());

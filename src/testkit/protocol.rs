@@ -41,6 +41,11 @@ pub fn field(client_id: &str, owner: &str) -> String {
     wire::field(client_id, owner).to_string()
 }
 
+/// A fresh id for a hold (a request id), made as the crate makes them.
+pub fn new_hold_id() -> String {
+    wire::new_request_id()
+}
+
 /// The channel unlock messages of lock `name` are published on.
 pub fn channel(name: &str) -> String {
     LockKeys::new(name).channel
