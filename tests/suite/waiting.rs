@@ -1,11 +1,9 @@
 //! Waiting and cancellation: pub/sub wake-ups, bounded waits, and futures
 //! dropped at any point leaving nothing held.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use multilock::Client;
 use multilock::testkit::TestServer;
 

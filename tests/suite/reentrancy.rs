@@ -1,10 +1,8 @@
 //! Reentrancy and mutual exclusion of the single-node lock.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use multilock::testkit::TestServer;
 use multilock::{Client, Owner};
 

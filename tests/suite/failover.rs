@@ -17,7 +17,7 @@
 //! `MULTILOCK_REDIS_IMAGE=multilock-redis:local`. Without them the tests
 //! fail with a message saying so; they never skip.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

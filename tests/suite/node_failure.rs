@@ -1,11 +1,9 @@
 //! A node that goes down gives typed errors, and works again, waiting via
 //! pub/sub included, once it is back.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use multilock::Client;
 use multilock::testkit::TestServer;
 

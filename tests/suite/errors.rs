@@ -1,11 +1,9 @@
 //! Bad input gets a clear typed error before anything is sent; unlock by a
 //! non-holder is typed; secrets never show.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use multilock::{Client, Error, Node, Owner};
 
 fn invalid<T: std::fmt::Debug>(result: multilock::Result<T>) -> String {

@@ -1,11 +1,9 @@
 //! The wire contract: Redisson's data layout and messages, the two-command
 //! budget of an uncontended lock+unlock, and the scripts' hashes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt;
 use multilock::testkit::TestServer;
 use multilock::testkit::protocol::scripts;

@@ -1,11 +1,9 @@
 //! Renewal: the watchdog keeps a lock alive, a fixed lease expires, no
 //! renewal outlives an unlock, and `lost()` fires when the lock is taken away.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use multilock::testkit::TestServer;
 
 #[tokio::test]

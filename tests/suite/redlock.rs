@@ -1,13 +1,11 @@
 //! RedLock and MultiLock on 5 real redis-server processes: quorum under node
 //! loss and pauses, rollback, cancellation, `lost()`, reentrancy, fencing.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Error, Node};
 

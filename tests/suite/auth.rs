@@ -1,8 +1,6 @@
 //! Credentials and transport: ACL `user:password` URLs, and `rediss://`
 //! (TLS, feature `tls`) end to end; the password never shows.
 
-mod common;
-
 use std::time::Duration;
 
 use multilock::testkit::RedisProcess;
