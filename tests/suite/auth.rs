@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::common::wait_for_listeners;
 use multilock::testkit::RedisProcess;
 use multilock::{Client, Node};
 
@@ -18,7 +19,8 @@ async fn acl_user_and_password() {
     .await
     .unwrap();
     let port = server.port();
-    let node = Node::new(&format!("redis://app:hunter2@127.0.0.1:{port}")).unwrap();
+    let url = format!("redis://app:hunter2@127.0.0.1:{port}");
+    let node = Node::new(&url).unwrap();
     let client = Client::new();
     let lock = client.lock(&node, "acl").unwrap();
     let guard = lock.lock().await.unwrap();
@@ -26,7 +28,7 @@ async fn acl_user_and_password() {
     let other = Client::new().lock(&node, "acl").unwrap();
     let waiter =
         tokio::spawn(async move { other.try_lock_for(Duration::from_secs(5), None).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_listeners(&url, "acl", 1).await;
     guard.unlock().await.unwrap();
     waiter
         .await

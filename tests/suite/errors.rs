@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::common::*;
+use multilock::testkit::TestServer;
 use multilock::{Client, Error, Node, Owner};
 
 fn invalid<T: std::fmt::Debug>(result: multilock::Result<T>) -> String {
@@ -128,13 +129,13 @@ async fn unlock_by_a_non_holder_is_typed() {
     match guard.unlock().await {
         Err(Error::NotHeld { lock, node }) => {
             assert_eq!(lock, "mine");
-            assert_eq!(node, server_addr(&server));
+            assert_eq!(node, addr(&server));
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }
     assert!(
         Client::new()
-            .lock(&node_of(&server), "mine")
+            .lock(&crate::common::node(&server), "mine")
             .unwrap()
             .is_locked()
             .await
@@ -148,7 +149,7 @@ async fn unlock_by_a_non_holder_is_typed() {
 async fn a_key_of_another_type_is_a_redis_error() {
     let server = server().await;
     let node = node(&server);
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&server.url()).await;
     redis::cmd("SET")
         .arg("plain")
         .arg("x")
@@ -172,12 +173,4 @@ async fn a_key_of_another_type_is_a_redis_error() {
     );
     let err = lock.hold_count().await.unwrap_err();
     assert!(matches!(err, Error::Redis { .. }), "{err:?}");
-}
-
-fn server_addr(server: &multilock::testkit::RedisProcess) -> String {
-    format!("127.0.0.1:{}", server.port())
-}
-
-fn node_of(server: &multilock::testkit::RedisProcess) -> Node {
-    node(server)
 }

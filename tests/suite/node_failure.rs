@@ -24,21 +24,21 @@ async fn down_then_back() {
     server.restart().await.unwrap();
     // The pool drops broken connections and makes new ones. A long lease:
     // a waiter not woken by pub/sub would wait for all of it.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let guard = loop {
-        match lock
-            .try_lock_for(Duration::ZERO, Some(Duration::from_secs(30)))
-            .await
-        {
-            Ok(Some(guard)) => break guard,
-            Ok(None) => panic!("nobody else holds it"),
-            Err(err) if Instant::now() < deadline => {
-                assert!(err.is_node_unavailable(), "{err:?}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+    let guard = eventually(
+        PATIENCE,
+        |err| format!("still failing after restart: {err}"),
+        || async {
+            match lock.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await {
+                Ok(Some(guard)) => Ok(guard),
+                Ok(None) => panic!("nobody else holds it"),
+                Err(err) => {
+                    assert!(err.is_node_unavailable(), "{err:?}");
+                    Err(err)
+                }
             }
-            Err(err) => panic!("still failing after restart: {err}"),
-        }
-    };
+        },
+    )
+    .await;
 
     // Waiting via pub/sub works on the new server: the shared subscription
     // reconnected and subscribes again.
@@ -49,7 +49,7 @@ async fn down_then_back() {
         got.unlock().await.unwrap();
         at
     });
-    wait_for_listeners(&server, "phoenix", 1).await;
+    wait_for_listeners(&server.url(), "phoenix", 1).await;
     let released = Instant::now();
     guard.unlock().await.unwrap();
     let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -58,7 +58,7 @@ async fn down_then_back() {
         .unwrap();
     assert!(
         granted - released < Duration::from_secs(3),
-        "woken by pub/sub after the restart, not the 30 s lease: {:?}",
+        "woken by pub/sub after the restart, not the 60 s lease: {:?}",
         granted - released
     );
 }
@@ -71,7 +71,7 @@ async fn waiters_survive_a_lost_subscription() {
     let server = server().await;
     let node = node(&server);
     let lock = client().lock(&node, "survivor").unwrap();
-    let holder = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let other = Client::new().lock(&node, "survivor").unwrap();
     let waiter = tokio::spawn(async move {
         let got = other
@@ -79,8 +79,8 @@ async fn waiters_survive_a_lost_subscription() {
             .await;
         (Instant::now(), got)
     });
-    wait_for_listeners(&server, "survivor", 1).await;
-    let mut conn = raw(&server).await;
+    wait_for_listeners(&server.url(), "survivor", 1).await;
+    let mut conn = raw(&server.url()).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -90,7 +90,7 @@ async fn waiters_survive_a_lost_subscription() {
         .unwrap();
     assert_eq!(killed, 1, "one subscription connection for the node");
     // Resubscribed within its backoff.
-    wait_for_listeners(&server, "survivor", 1).await;
+    wait_for_listeners(&server.url(), "survivor", 1).await;
     assert!(!waiter.is_finished(), "the waiter still waits");
     let released = Instant::now();
     holder.unlock().await.unwrap();
@@ -101,7 +101,7 @@ async fn waiters_survive_a_lost_subscription() {
     got.unwrap().expect("granted").unlock().await.unwrap();
     assert!(
         granted - released < Duration::from_secs(3),
-        "woken by pub/sub, not the 30 s lease: {:?}",
+        "woken by pub/sub, not the 60 s lease: {:?}",
         granted - released
     );
 }
@@ -123,7 +123,7 @@ async fn waiters_through_a_restart_end_promptly() {
             .try_lock_for(Duration::from_secs(60), Some(Duration::from_secs(5)))
             .await
     });
-    wait_for_listeners(&server, "restarted", 1).await;
+    wait_for_listeners(&server.url(), "restarted", 1).await;
     server.restart().await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
@@ -149,10 +149,9 @@ async fn paused_node_times_out_and_recovers() {
     assert!(err.is_node_unavailable(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     server.unpause().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // The timed-out acquire may have been applied once the node resumed; it
-    // is rolled back on its own connection, so the lock ends up free.
+    // The timed-out acquire is applied once the node resumed; it is rolled
+    // back on its own connection, so the lock ends up free.
     let other = Client::new().lock(&node, "frozen").unwrap();
-    take_and_release(&other, Duration::from_secs(5), "free after the rollback").await;
-    assert!(!exists(&server, "frozen").await);
+    take_and_release(&other, PATIENCE, "free after the rollback").await;
+    assert!(!exists(&server.url(), "frozen").await);
 }

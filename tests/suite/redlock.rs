@@ -18,40 +18,37 @@ fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
 async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
     let mut left = Vec::new();
     for (i, s) in servers.iter().enumerate() {
-        if s.is_running() && exists(s, key).await {
+        if s.is_running() && exists(&s.url(), key).await {
             left.push(i);
         }
     }
     left
 }
 
-/// Waits (up to 5 s) until no node holds `key`: requests that a failed
-/// round stopped waiting for are rolled back in the background.
+/// Waits (at most [`PATIENCE`]) until no node holds `key`: requests that a
+/// failed round stopped waiting for are rolled back in the background.
 async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
     wait_until_keys_left(servers, key, &[], why).await;
 }
 
-/// Waits (up to 5 s) until exactly the nodes `expected` hold `key`.
+/// Waits (at most [`PATIENCE`]) until exactly the nodes `expected` hold `key`.
 async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[usize], why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = keys_left(servers, key).await;
-        if left == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{why}: keys left on nodes {left:?}, expected {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        PATIENCE,
+        |left| format!("{why}: keys left on nodes {left:?}, expected {expected:?}"),
+        || async {
+            let left = keys_left(servers, key).await;
+            if left == expected { Ok(()) } else { Err(left) }
+        },
+    )
+    .await
 }
 
 /// The hold count of `field` on each node (`None`: no such field).
 async fn counts_on(servers: &[RedisProcess], key: &str, field: &str) -> Vec<Option<u64>> {
     let mut counts = Vec::new();
     for s in servers {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         counts.push(
             redis::cmd("HGET")
                 .arg(key)
@@ -71,7 +68,7 @@ async fn scripts_since(
 ) -> Vec<u64> {
     let mut sent = Vec::new();
     for (s, before) in servers.iter().zip(before) {
-        let now = command_calls(s).await;
+        let now = command_calls(&s.url()).await;
         sent.push(delta(before, &now).get("evalsha").copied().unwrap_or(0));
     }
     sent
@@ -82,7 +79,7 @@ async fn all_command_calls(
 ) -> Vec<std::collections::HashMap<String, u64>> {
     let mut calls = Vec::new();
     for s in servers {
-        calls.push(command_calls(s).await);
+        calls.push(command_calls(&s.url()).await);
     }
     calls
 }
@@ -165,7 +162,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(counter(&servers[0]).await, 3 * 8 * 15);
+    assert_eq!(counter(&counter_url).await, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
@@ -191,7 +188,7 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(counter(&servers[0]).await, 3 * 4 * 10);
+    assert_eq!(counter(&counter_url).await, 3 * 4 * 10);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
@@ -215,7 +212,7 @@ async fn a_redlock_waiter_listens_on_every_node() {
         (guard.is_some(), Instant::now())
     });
     for s in &servers {
-        wait_for_listeners(s, NAME, 1).await;
+        wait_for_listeners(&s.url(), NAME, 1).await;
     }
     assert!(!waiting.is_finished(), "nothing granted while held");
     let released_at = Instant::now();
@@ -261,7 +258,7 @@ async fn two_nodes_down_redlock_acquires_multilock_does_not() {
             assert_eq!(q.required, 5);
             // The round ends at the first failure (the quorum is out of
             // reach): the error names the dead nodes it heard from.
-            let dead = [servers[0].port(), servers[1].port()].map(|p| format!("127.0.0.1:{p}"));
+            let dead = [addr(&servers[0]), addr(&servers[1])];
             assert!(!q.failures.is_empty(), "{q}");
             for failure in &q.failures {
                 assert!(dead.contains(&failure.node), "{q}");
@@ -370,7 +367,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     // back once it answered; nodes 0..3 keep only the rival's field.
     wait_until_keys_left(&servers, NAME, &[0, 1, 2], "the failed attempt rolled back").await;
     for s in &servers[..3] {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         let n: u64 = redis::cmd("HLEN")
             .arg(NAME)
             .query_async(&mut conn)
@@ -405,7 +402,7 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
     // node failures alone) made it so, hence no error.
     assert!(matches!(outcome, Ok(None)), "{outcome:?}");
     assert!(
-        !exists(&servers[2], NAME).await,
+        !exists(&servers[2].url(), NAME).await,
         "the one grant was released"
     );
     servers[3].unpause().await.unwrap();
@@ -456,11 +453,13 @@ async fn cancelled_while_waiting_for_a_frozen_node_leaves_no_key() {
         .unwrap();
     servers[4].pause().await.unwrap();
     let acquire = tokio::spawn(async move { red.lock_with_lease(Duration::from_secs(60)).await });
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while keys_left(&servers[..4], NAME).await != vec![0, 1, 2, 3] {
-        assert!(Instant::now() < deadline, "the four live nodes grant");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_keys_left(
+        &servers[..4],
+        NAME,
+        &[0, 1, 2, 3],
+        "the four live nodes grant",
+    )
+    .await;
     assert!(!acquire.is_finished(), "still waiting for the frozen node");
     acquire.abort();
     assert!(acquire.await.unwrap_err().is_cancelled());
@@ -478,7 +477,7 @@ async fn lost_fires_below_quorum_only() {
     let guard = red.lock().await.unwrap();
     // A minority (2) deleted underneath: still held by 3 >= quorum.
     for s in &servers[..2] {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         redis::cmd("DEL")
             .arg(NAME)
             .query_async::<()>(&mut conn)
@@ -492,7 +491,7 @@ async fn lost_fires_below_quorum_only() {
         "a minority lost is not lost"
     );
     // One more: 2 < 3.
-    let mut conn = raw(&servers[2]).await;
+    let mut conn = raw(&servers[2].url()).await;
     redis::cmd("DEL")
         .arg(NAME)
         .query_async::<()>(&mut conn)
@@ -507,7 +506,7 @@ async fn lost_fires_below_quorum_only() {
         Err(Error::NoQuorum(q)) => {
             assert_eq!((q.succeeded, q.required), (2, 3), "{q}");
             for s in &servers[..3] {
-                let addr = format!("127.0.0.1:{}", s.port());
+                let addr = addr(s);
                 let failure = q.failures.iter().find(|f| f.node == addr);
                 assert!(
                     matches!(

@@ -32,7 +32,7 @@ async fn hold_count_rises_and_falls_with_reentry() {
     );
     g1.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
-    assert!(!exists(&server, "reentrant").await);
+    assert!(!exists(&server.url(), "reentrant").await);
 }
 
 #[tokio::test]
@@ -129,6 +129,6 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(counter(&server).await, (TASKS * ROUNDS) as u64);
-    assert!(!exists(&server, "counter-lock").await);
+    assert_eq!(counter(&server.url()).await, (TASKS * ROUNDS) as u64);
+    assert!(!exists(&server.url(), "counter-lock").await);
 }

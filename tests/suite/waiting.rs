@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::Client;
-use multilock::testkit::TestServer;
+use multilock::testkit::{TestServer, protocol};
 
 #[tokio::test]
 async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
@@ -62,7 +62,7 @@ async fn many_waiters_all_get_their_turn() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_listeners(&server.url(), "queue", 1).await;
     holder.unlock().await.unwrap();
     for w in waiters {
         w.await.unwrap();
@@ -103,21 +103,12 @@ async fn cancelled_while_waiting_leaves_nothing() {
         .unwrap();
     let waiter_lock = Client::new().lock(&node, "cancel-wait").unwrap();
     let waiting = tokio::spawn(async move { waiter_lock.lock().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_listeners(&server.url(), "cancel-wait", 1).await;
     waiting.abort();
     assert!(waiting.await.unwrap_err().is_cancelled());
     holder.unlock().await.unwrap();
     let third = Client::new().lock(&node, "cancel-wait").unwrap();
     take_and_release(&third, Duration::ZERO, "the cancelled waiter holds nothing").await;
-}
-
-/// A client whose locks would outlive every bound of these tests if a
-/// cancelled acquire leaked one: only a rollback frees them in time.
-fn long_watchdog_client() -> Client {
-    Client::builder()
-        .watchdog_timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
 }
 
 /// Cut acquires off at every point, including right after the grant: the
@@ -126,7 +117,7 @@ fn long_watchdog_client() -> Client {
 async fn cancelled_at_any_point_leaves_nothing() {
     let server = server().await;
     let node = node(&server);
-    let lock = long_watchdog_client().lock(&node, "cancel-grant").unwrap();
+    let lock = long_lease_client().lock(&node, "cancel-grant").unwrap();
     let other = Client::new().lock(&node, "cancel-grant").unwrap();
     for cut_after_us in [0u64, 20, 50, 100, 200, 300, 500, 800, 1200, 2000, 5000] {
         let attempt = lock.clone();
@@ -140,7 +131,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         task.abort();
         let _ = task.await;
         let why = format!("lock left held after a cut at {cut_after_us} us");
-        take_and_release(&other, Duration::from_secs(5), &why).await;
+        take_and_release(&other, PATIENCE, &why).await;
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
@@ -148,7 +139,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
         take_and_release(
             &other,
-            Duration::from_secs(5),
+            PATIENCE,
             "the rollback released the abandoned grant",
         )
         .await;
@@ -162,25 +153,21 @@ async fn cancelled_at_any_point_leaves_nothing() {
 #[tokio::test]
 async fn an_acquire_dropped_at_a_frozen_server_is_rolled_back() {
     let mut server = server().await;
+    let url = server.url();
     let node = node(&server);
-    let lock = long_watchdog_client().lock(&node, "cancel-frozen").unwrap();
+    let lock = long_lease_client().lock(&node, "cancel-frozen").unwrap();
     let other = Client::new().lock(&node, "cancel-frozen").unwrap();
     // Warm: the connection exists, so the request really reaches the socket.
     take_and_release(&lock, Duration::ZERO, "free at first").await;
-    let before = command_calls(&server).await;
+    let before = command_calls(&url).await;
 
     server.pause().await.unwrap();
     let cut = tokio::time::timeout(Duration::from_millis(200), lock.lock()).await;
     assert!(cut.is_err(), "nothing can be granted by a frozen server");
     server.unpause().await.unwrap();
 
-    take_and_release(
-        &other,
-        Duration::from_secs(5),
-        "the late grant was rolled back",
-    )
-    .await;
-    let sent = delta(&before, &command_calls(&server).await);
+    take_and_release(&other, PATIENCE, "the late grant was rolled back").await;
+    let sent = delta(&before, &command_calls(&url).await);
     // The dropped acquire did reach the server (and was undone): two
     // scripts from it (acquire, rollback), two from `take_and_release`.
     assert!(sent.get("evalsha").copied().unwrap_or(0) >= 4, "{sent:?}");
@@ -206,13 +193,15 @@ async fn dropping_a_guard_releases_it() {
 #[tokio::test]
 async fn waiters_share_one_subscription_connection() {
     let server = server().await;
+    let url = server.url();
     let node = node(&server);
     let holder_client = client();
+    let names: Vec<String> = (0..20).map(|i| format!("shared:{i}")).collect();
     let mut holders = Vec::new();
-    for i in 0..20 {
+    for name in &names {
         holders.push(
             holder_client
-                .lock(&node, format!("shared:{i}"))
+                .lock(&node, name.as_str())
                 .unwrap()
                 .lock()
                 .await
@@ -222,9 +211,7 @@ async fn waiters_share_one_subscription_connection() {
     let waiter_client = Client::new();
     let waiters: Vec<_> = (0..200)
         .map(|i| {
-            let lock = waiter_client
-                .lock(&node, format!("shared:{}", i % 20))
-                .unwrap();
+            let lock = waiter_client.lock(&node, names[i % 20].as_str()).unwrap();
             tokio::spawn(async move {
                 let guard = lock
                     .try_lock_for(Duration::from_secs(30), None)
@@ -238,10 +225,10 @@ async fn waiters_share_one_subscription_connection() {
             })
         })
         .collect();
-    for i in 0..20 {
-        wait_for_listeners(&server, &format!("shared:{i}"), 1).await;
+    for name in &names {
+        wait_for_listeners(&url, name, 1).await;
     }
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&url).await;
     let pubsub: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
@@ -254,13 +241,15 @@ async fn waiters_share_one_subscription_connection() {
         1,
         "one subscription connection: {pubsub}"
     );
-    let channels: Vec<String> = redis::cmd("PUBSUB")
+    let mut channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
-        .arg("redisson_lock__channel:*")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(channels.len(), 20);
+    channels.sort();
+    let mut expected: Vec<String> = names.iter().map(|n| protocol::channel(n)).collect();
+    expected.sort();
+    assert_eq!(channels, expected);
 
     for holder in holders {
         holder.unlock().await.unwrap();
@@ -268,21 +257,8 @@ async fn waiters_share_one_subscription_connection() {
     for waiter in waiters {
         waiter.await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("redisson_lock__channel:*")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if channels.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still subscribed after every waiter left: {channels:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every waiter left: every channel is unsubscribed.
+    for name in &names {
+        wait_for_listeners(&url, name, 0).await;
     }
 }

@@ -41,8 +41,7 @@ async fn fixed_lease_expires_without_renewal() {
         .await
         .expect("lost() fires when the lease ends");
     assert!(Instant::now() >= deadline);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!lock.is_locked().await.unwrap(), "expired");
+    wait_absent(&server.url(), "leased", PATIENCE, "expired").await;
     let err = guard.unlock().await.unwrap_err();
     assert!(matches!(err, multilock::Error::NotHeld { .. }), "{err}");
 }
@@ -53,10 +52,7 @@ async fn fixed_lease_expires_without_renewal() {
 async fn no_renewal_after_unlock() {
     let server = server().await;
     let node = node(&server);
-    let client = multilock::Client::builder()
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = client_with_watchdog(Duration::from_millis(300));
     let lock = client.lock(&node, "stopped").unwrap();
     // Keep another lock held so the node's timer keeps ticking.
     let other = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
@@ -70,7 +66,7 @@ async fn no_renewal_after_unlock() {
         .unwrap();
     let mut lines = monitor.into_on_message::<String>();
     guard.unlock().await.unwrap();
-    assert!(!exists(&server, "stopped").await);
+    assert!(!exists(&server.url(), "stopped").await);
     let watch_until = tokio::time::Instant::now() + Duration::from_millis(1000);
     let mut renewals_of_other = 0;
     let mut released = false;
@@ -144,10 +140,7 @@ async fn lost_does_not_fire_while_held() {
 async fn renewals_are_batched_per_node() {
     let server = server().await;
     let node = node(&server);
-    let client = multilock::Client::builder()
-        .watchdog_timeout(Duration::from_millis(600))
-        .build()
-        .unwrap();
+    let client = client_with_watchdog(Duration::from_millis(600));
     let mut guards = Vec::new();
     for i in 0..200 {
         guards.push(
@@ -160,10 +153,24 @@ async fn renewals_are_batched_per_node() {
         );
     }
     // One tick first: it loads the renewal script (NOSCRIPT, SCRIPT LOAD).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = command_calls(&server).await;
+    // Done once the 200 acquires' PEXPIREs are followed by 200 renewals.
+    let url = server.url();
+    eventually(
+        PATIENCE,
+        |pexpire| format!("no renewal tick yet: {pexpire} PEXPIRE calls"),
+        || async {
+            let pexpire = command_calls(&url)
+                .await
+                .get("pexpire")
+                .copied()
+                .unwrap_or(0);
+            if pexpire >= 400 { Ok(()) } else { Err(pexpire) }
+        },
+    )
+    .await;
+    let before = command_calls(&url).await;
     tokio::time::sleep(Duration::from_millis(1000)).await; // ~5 ticks of 200 ms
-    let after = command_calls(&server).await;
+    let after = command_calls(&url).await;
     let calls = delta(&before, &after);
     let evalsha = calls.get("evalsha").copied().unwrap_or(0);
     let pexpire = calls.get("pexpire").copied().unwrap_or(0);
@@ -273,5 +280,5 @@ async fn an_expired_lease_guard_leaves_a_later_hold_alone() {
         "the later hold survives"
     );
     current.unlock().await.unwrap();
-    assert!(!exists(&server, "stale-lease").await);
+    assert!(!exists(&server.url(), "stale-lease").await);
 }

@@ -1,14 +1,31 @@
-//! Shared helpers of the integration tests: real redis-server processes
-//! from the test kit, and raw connections to inspect what is on the server.
-#![allow(dead_code)]
+//! The suite's toolbox: servers and clients to test with, raw looks at a
+//! server by its URL, and polls with a deadline (the kit's `poll_until`)
+//! for what the tests wait on instead of sleeping.
+//!
+//! Two clients, one per purpose: [`client`] renews every second, for tests
+//! about renewal; [`long_lease_client`] sets leases of a minute, for tests
+//! whose oracle waits (at most [`PATIENCE`]) for a key to disappear: such a
+//! key can only go in time through the mechanism under test, never by
+//! expiring on its own.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use multilock::testkit::{RedisProcess, TestServer};
+use multilock::testkit::{RedisProcess, TestServer, poll_until, protocol};
 use multilock::{Client, Node};
 
+/// The watchdog timeout of [`client`]: renewals every third of it.
 pub const WATCHDOG: Duration = Duration::from_secs(1);
+
+/// The lease of [`long_lease_client`], and the lease of a holder whose
+/// waiters must be woken by pub/sub: a key with it outlives every oracle.
+pub const LONG_LEASE: Duration = Duration::from_secs(60);
+
+/// How long an oracle waits for a mechanism (a rollback, a background
+/// release, a wake-up) to show: generous on a loaded machine, and far below
+/// [`LONG_LEASE`], the time the key would need to expire on its own.
+pub const PATIENCE: Duration = Duration::from_secs(5);
 
 pub async fn server() -> RedisProcess {
     RedisProcess::start().await.expect("start redis-server")
@@ -20,45 +37,160 @@ pub async fn servers(n: usize) -> Vec<RedisProcess> {
         .expect("start redis-servers")
 }
 
-pub fn node(server: &RedisProcess) -> Node {
-    Node::builder(server.url())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
+/// A node at `url` with `timeout` for connecting and for each reply.
+pub fn node_at(url: &str, timeout: Duration) -> Node {
+    Node::builder(url)
+        .connect_timeout(timeout)
+        .response_timeout(timeout)
         .build()
         .unwrap()
 }
 
+/// The node of a test server, with 500 ms timeouts.
+pub fn node(server: &impl TestServer) -> Node {
+    node_at(&server.url(), Duration::from_millis(500))
+}
+
+/// `host:port` of a test server, as errors and guards name a node.
+pub fn addr(server: &impl TestServer) -> String {
+    server.url().trim_start_matches("redis://").to_owned()
+}
+
+pub fn client_with_watchdog(timeout: Duration) -> Client {
+    Client::builder().watchdog_timeout(timeout).build().unwrap()
+}
+
+/// Renews every third of [`WATCHDOG`]: for tests of renewal and `lost()`.
 pub fn client() -> Client {
-    Client::builder()
-        .watchdog_timeout(WATCHDOG)
-        .build()
-        .unwrap()
+    client_with_watchdog(WATCHDOG)
 }
 
-/// A plain connection for looking at the server directly.
-pub async fn raw(server: &RedisProcess) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
+/// Its watchdog sets [`LONG_LEASE`]: a hold it leaves behind outlives every
+/// oracle, so only a release or a rollback frees the lock in time.
+pub fn long_lease_client() -> Client {
+    client_with_watchdog(LONG_LEASE)
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A plain connection to `url`, for looking at the server directly.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap()
+        .unwrap_or_else(|err| panic!("cannot connect to {url}: {err}"))
 }
 
-pub async fn exists(server: &RedisProcess, key: &str) -> bool {
-    let mut conn = raw(server).await;
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query_async::<bool>(&mut conn)
+/// One command on a fresh connection to `url`, bounded by 2 s: a paused or
+/// partitioned server makes it fail instead of hang.
+pub async fn run<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let attempt = async {
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        cmd.query_async::<T>(&mut conn).await
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt)
         .await
-        .unwrap()
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no reply within 2 s",
+            )))
+        })
 }
 
-/// `INFO commandstats` as command -> calls.
-pub async fn command_calls(server: &RedisProcess) -> HashMap<String, u64> {
-    let mut conn = raw(server).await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
+pub async fn exists(url: &str, key: &str) -> bool {
+    run(url, redis::cmd("EXISTS").arg(key))
+        .await
+        .unwrap_or_else(|err| panic!("EXISTS {key} on {url}: {err}"))
+}
+
+/// Checks `check` every 20 ms until it yields a value, for at most
+/// `limit`; panics saying `what` (called with what `check` saw last)
+/// otherwise.
+pub async fn eventually<S, T, F, Fut>(
+    limit: Duration,
+    what: impl Fn(&S) -> String,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, S>>,
+{
+    let last: &RefCell<Option<S>> = &RefCell::new(None);
+    poll_until(
+        limit,
+        // Called only after a check failed: `last` is set.
+        || what(last.borrow().as_ref().expect("checked at least once")),
+        || {
+            let attempt = check();
+            async move {
+                match attempt.await {
+                    Ok(value) => Some(value),
+                    Err(seen) => {
+                        *last.borrow_mut() = Some(seen);
+                        None
+                    }
+                }
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// Waits (at most `limit`) until `key` is gone from `url`.
+pub async fn wait_absent(url: &str, key: &str, limit: Duration, why: &str) {
+    eventually(
+        limit,
+        |_: &()| format!("{why}: {key} still on {url}"),
+        || async {
+            if exists(url, key).await {
+                Err(())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await
+}
+
+/// Waits (at most [`PATIENCE`]) until `count` connections listen on the
+/// unlock channel of lock `name` at `url`: a waiter has subscribed (all
+/// waiters of a node share one connection), or (0) every one has left.
+pub async fn wait_for_listeners(url: &str, name: &str, count: u64) {
+    let channel = protocol::channel(name);
+    let conn = raw(url).await;
+    eventually(
+        PATIENCE,
+        |seen| format!("{seen} listeners on {channel} at {url}, expected {count}"),
+        || async {
+            let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            if listeners == count {
+                Ok(())
+            } else {
+                Err(listeners)
+            }
+        },
+    )
+    .await
+}
+
+/// `INFO commandstats` of `url` as command -> calls.
+pub async fn command_calls(url: &str) -> HashMap<String, u64> {
+    let info: String = run(url, redis::cmd("INFO").arg("commandstats"))
         .await
         .unwrap();
     info.lines()
@@ -84,7 +216,7 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> Has
 
 /// Read, sleep, write: an increment that loses updates if two holders
 /// ever overlap. The counter the contention tests guard with a lock.
-pub async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
+async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
     let value: Option<u64> = redis::cmd("GET")
         .arg("counter")
         .query_async(conn)
@@ -108,11 +240,7 @@ pub fn spawn_counter_task<L: multilock::DistributedLock>(
     lease: Option<Duration>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut conn = redis::Client::open(counter_url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut conn = raw(&counter_url).await;
         for _ in 0..rounds {
             let guard = match lease {
                 Some(lease) => lock.lock_with_lease(lease).await,
@@ -125,21 +253,17 @@ pub fn spawn_counter_task<L: multilock::DistributedLock>(
     })
 }
 
-pub async fn counter(server: &RedisProcess) -> u64 {
-    let mut conn = raw(server).await;
-    redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut conn)
-        .await
-        .unwrap()
+/// The counter [`spawn_counter_task`] bumps.
+pub async fn counter(url: &str) -> u64 {
+    run(url, redis::cmd("GET").arg("counter")).await.unwrap()
 }
 
 /// A raw subscription to `channel`, as a Java client's would be.
 pub async fn subscribe_raw(
-    server: &RedisProcess,
+    url: &str,
     channel: &str,
-) -> impl futures::Stream<Item = redis::Msg> {
-    let mut pubsub = redis::Client::open(server.url())
+) -> impl futures::Stream<Item = redis::Msg> + use<> {
+    let mut pubsub = redis::Client::open(url)
         .unwrap()
         .get_async_pubsub()
         .await
@@ -154,44 +278,8 @@ pub async fn take_and_release<L: multilock::DistributedLock>(lock: &L, wait: Dur
     lock.try_lock_for(wait, Some(Duration::from_secs(5)))
         .await
         .unwrap()
-        .unwrap_or_else(|| panic!("not free: {why}"))
+        .unwrap_or_else(|| panic!("not free within {wait:?}: {why}"))
         .unlock()
         .await
         .unwrap();
-}
-
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
-pub async fn server_url_of(server: &RedisProcess) -> String {
-    server.url()
-}
-
-/// Waits (up to 5 s) until `count` connections listen on the unlock channel
-/// of lock `name` on `server`: a waiter has subscribed, or (0) has left.
-pub async fn wait_for_listeners(server: &RedisProcess, name: &str, count: u64) {
-    let mut conn = raw(server).await;
-    let channel = format!("redisson_lock__channel:{{{name}}}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if listeners == count {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{listeners} listeners on {channel} at {}, expected {count}",
-            server.url()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
