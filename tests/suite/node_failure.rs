@@ -137,11 +137,13 @@ async fn waiters_through_a_restart_end_promptly() {
     drop(holder);
 }
 
+/// The acquire that timed out at the frozen node leases for a minute once
+/// the node applies it: only its rollback frees the lock in time.
 #[tokio::test]
 async fn paused_node_times_out_and_recovers() {
     let mut server = server().await;
     let node = node(&server); // 500 ms response timeout
-    let lock = client().lock(&node, "frozen").unwrap();
+    let lock = long_lease_client().lock(&node, "frozen").unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();
     server.pause().await.unwrap();
     let started = Instant::now();

@@ -26,7 +26,9 @@ async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
 }
 
 /// Waits (at most [`PATIENCE`]) until no node holds `key`: requests that a
-/// failed round stopped waiting for are rolled back in the background.
+/// failed round stopped waiting for are rolled back in the background. The
+/// keys are the attempt's own, leased for [`LONG_LEASE`]: none expires in
+/// time on its own.
 async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
     wait_until_keys_left(servers, key, &[], why).await;
 }
@@ -230,7 +232,7 @@ async fn a_redlock_waiter_listens_on_every_node() {
 async fn two_nodes_down_redlock_acquires_multilock_does_not() {
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
-    let client = client();
+    let client = long_lease_client();
     servers[0].kill().await.unwrap();
     servers[1].kill().await.unwrap();
     let red = client.red_lock_on(&nodes, NAME).unwrap();
@@ -277,7 +279,7 @@ async fn three_nodes_down_redlock_refuses_within_its_budget() {
     for s in &mut servers[..3] {
         s.kill().await.unwrap();
     }
-    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    let red = long_lease_client().red_lock_on(&nodes, NAME).unwrap();
     let started = Instant::now();
     let err = red
         .try_lock_for(Duration::from_secs(1), None)
@@ -350,7 +352,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     // Someone else holds the lock on nodes 0..3 (a majority).
     let rival_guards = rival_holds(&nodes[..3]).await;
     servers[4].pause().await.unwrap();
-    let client = client();
+    let client = long_lease_client();
     let red = client
         .red_lock_on(&nodes, NAME)
         .unwrap()
@@ -396,7 +398,7 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
         .with_node_timeout(Duration::from_millis(200))
         .unwrap();
     let outcome = red
-        .try_lock_for(Duration::from_millis(100), Some(Duration::from_secs(10)))
+        .try_lock_for(Duration::from_millis(100), Some(LONG_LEASE))
         .await;
     // 1 grant, 2 taken, 2 timeouts: the round is lost; contention (not
     // node failures alone) made it so, hence no error.
@@ -422,7 +424,8 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
 async fn cancelled_mid_fan_out_leaves_no_key() {
     let servers = servers(5).await;
     let nodes = nodes(&servers);
-    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    // Leases of a minute: only the rollback clears the keys in time.
+    let red = long_lease_client().red_lock_on(&nodes, NAME).unwrap();
     for cut_us in [0u64, 50, 100, 200, 300, 500, 800, 1200, 2000] {
         let attempt = red.clone();
         let task = tokio::spawn(async move {

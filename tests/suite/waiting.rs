@@ -173,16 +173,17 @@ async fn an_acquire_dropped_at_a_frozen_server_is_rolled_back() {
     assert!(sent.get("evalsha").copied().unwrap_or(0) >= 4, "{sent:?}");
 }
 
+/// The guard's lease is a minute: only its release frees the lock in time.
 #[tokio::test]
 async fn dropping_a_guard_releases_it() {
     let server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "dropped").unwrap();
+    let lock = long_lease_client().lock(&node, "dropped").unwrap();
     let other = Client::new().lock(&node, "dropped").unwrap();
     drop(lock.lock().await.unwrap());
     take_and_release(
         &other,
-        Duration::from_secs(5),
+        PATIENCE,
         "a dropped guard is released in the background",
     )
     .await;
