@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::wait_for_listeners;
+use crate::common::{LONG_LEASE, wait_for_listeners};
 use multilock::testkit::RedisProcess;
 use multilock::{Client, Node};
 
@@ -23,18 +23,21 @@ async fn acl_user_and_password() {
     let node = Node::new(&url).unwrap();
     let client = Client::new();
     let lock = client.lock(&node, "acl").unwrap();
-    let guard = lock.lock().await.unwrap();
+    let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     // Waiting works too: the subscription connection authenticates as well.
+    // The waiter waits longer than the bound below, and the holder's lease
+    // is longer still: only the unlock message gets it the lock in time.
     let other = Client::new().lock(&node, "acl").unwrap();
     let waiter =
-        tokio::spawn(async move { other.try_lock_for(Duration::from_secs(5), None).await });
+        tokio::spawn(async move { other.try_lock_for(Duration::from_secs(20), None).await });
     wait_for_listeners(&url, "acl", 1).await;
     guard.unlock().await.unwrap();
-    waiter
+    tokio::time::timeout(Duration::from_secs(3), waiter)
         .await
+        .expect("woken through pub/sub, not by the holder's 60 s lease")
         .unwrap()
         .unwrap()
-        .expect("woken through pub/sub")
+        .expect("granted")
         .unlock()
         .await
         .unwrap();

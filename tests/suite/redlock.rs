@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer};
+use multilock::testkit::{RedisProcess, TestServer, protocol};
 use multilock::{Client, Error, Node};
 
 const NAME: &str = "orders:42";
@@ -194,17 +196,29 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
-/// A RedLock waiter is subscribed on every node and takes the lock once the
-/// holder lets go.
+/// The script SHA of `name` (see `protocol::scripts`).
+fn script_sha(name: &str) -> String {
+    protocol::scripts()
+        .into_iter()
+        .find(|(script, _, _)| *script == name)
+        .map(|(_, _, sha)| sha)
+        .unwrap()
+}
+
+/// A RedLock waiter is subscribed on every node, an unlock message from
+/// any one of them wakes it, and it takes the lock once the holder lets go.
+///
+/// A multi-node waiter also retries on its own every 50 to 250 ms, so a
+/// prompt handoff alone proves no wake-up. Unlock messages published on one
+/// node while the lock is still held do: each wakes the waiter into a round
+/// at once, so its rounds (on that node's MONITOR clock) come far closer
+/// together than the 50 ms its retry delay leaves at least.
 #[tokio::test]
 async fn a_redlock_waiter_listens_on_every_node() {
     let servers = servers(5).await;
     let nodes = nodes(&servers);
     let holder = client().red_lock_on(&nodes, NAME).unwrap();
-    let held = holder
-        .lock_with_lease(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let held = holder.lock_with_lease(LONG_LEASE).await.unwrap();
     let waiter = client().red_lock_on(&nodes, NAME).unwrap();
     let waiting = tokio::spawn(async move {
         let guard = waiter
@@ -216,6 +230,38 @@ async fn a_redlock_waiter_listens_on_every_node() {
     for s in &servers {
         wait_for_listeners(&s.url(), NAME, 1).await;
     }
+
+    let url = servers[0].url();
+    let acquire = script_sha("acquire");
+    let mut lines = monitor(&url).await;
+    let mut publisher = raw(&url).await;
+    let channel = protocol::channel(NAME);
+    let publishing = async move {
+        for _ in 0..200 {
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg("0")
+                .query_async::<()>(&mut publisher)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let mut rounds = Vec::new();
+    let mut meanwhile = (&mut lines).take_until(Box::pin(publishing));
+    while let Some(line) = meanwhile.next().await {
+        if !line.from_script && line.command() == "evalsha" && line.args[1] == acquire {
+            rounds.push(line.at);
+        }
+    }
+    let quick = rounds.windows(2).filter(|w| w[1] - w[0] < 0.025).count();
+    assert!(
+        quick >= 10,
+        "unlock messages on one node must wake the waiter into a round at once: only \
+         {quick} of its {} rounds there came within 25 ms of the one before",
+        rounds.len()
+    );
+
     assert!(!waiting.is_finished(), "nothing granted while held");
     let released_at = Instant::now();
     held.unlock().await.unwrap();

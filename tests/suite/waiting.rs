@@ -7,12 +7,14 @@ use crate::common::*;
 use multilock::Client;
 use multilock::testkit::{TestServer, protocol};
 
+/// The holder holds for a minute: a waiter not woken by the unlock message
+/// would sleep out the holder's TTL, far past the bound below.
 #[tokio::test]
 async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
     let server = server().await;
     let node = node(&server);
     let lock = client().lock(&node, "handoff").unwrap();
-    let holder = lock.lock().await.unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let other = Client::new().lock(&node, "handoff").unwrap();
     let waiter = tokio::spawn(async move {
         let guard = other.lock().await.unwrap();
@@ -20,7 +22,8 @@ async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
         guard.unlock().await.unwrap();
         at
     });
-    // The holder keeps it past several renewal periods: the waiter waits.
+    wait_for_listeners(&server.url(), "handoff", 1).await;
+    // The holder keeps it a while: the subscribed waiter waits.
     tokio::time::sleep(WATCHDOG * 2).await;
     assert!(
         !waiter.is_finished(),
@@ -28,24 +31,27 @@ async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
     );
     let released = Instant::now();
     holder.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let granted = tokio::time::timeout(PATIENCE, waiter)
         .await
-        .unwrap()
+        .expect("woken by the release, not by the holder's 60 s lease")
         .unwrap();
     let handoff = granted - released;
     assert!(
-        handoff < Duration::from_millis(500),
+        handoff < Duration::from_secs(3),
         "woken by pub/sub, not by the TTL: {handoff:?}"
     );
 }
 
+/// The holder holds for a minute and each waiter for 5 s: waiters not
+/// woken by the releases would sleep out those TTLs one after another,
+/// far past their 20 s wait.
 #[tokio::test]
 async fn many_waiters_all_get_their_turn() {
     let server = server().await;
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "queue").unwrap();
-    let holder = lock.lock().await.unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let waiters: Vec<_> = (0..50)
         .map(|_| {
             let lock = lock.clone();

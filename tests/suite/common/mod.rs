@@ -8,12 +8,16 @@
 //! key can only go in time through the mechanism under test, never by
 //! expiring on its own.
 
+mod monitor;
+
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
 use multilock::testkit::{RedisProcess, TestServer, poll_until, protocol};
 use multilock::{Client, Node};
+
+pub use monitor::monitor;
 
 /// The watchdog timeout of [`client`]: renewals every third of it.
 pub const WATCHDOG: Duration = Duration::from_secs(1);
