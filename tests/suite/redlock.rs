@@ -549,6 +549,13 @@ async fn lost_fires_below_quorum_only() {
     tokio::time::timeout(WATCHDOG * 3, guard.lost())
         .await
         .expect("lost() once below quorum");
+    // Told by renewals that found the lock gone, not by the fallback that
+    // fires once the last confirmed TTLs may have run out.
+    assert_eq!(
+        guard.valid_until(),
+        None,
+        "lost() fired because renewals found the lock gone on a majority"
+    );
     // Unlock releases what is left and reports that a quorum was not
     // released, naming the nodes where the lock was gone.
     match guard.unlock().await {

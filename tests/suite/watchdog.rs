@@ -3,8 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+
 use crate::common::*;
-use multilock::testkit::TestServer;
+use multilock::testkit::{TestServer, protocol};
 
 #[tokio::test]
 async fn watchdog_keeps_the_lock_past_three_timeouts() {
@@ -46,43 +48,57 @@ async fn fixed_lease_expires_without_renewal() {
     assert!(matches!(err, multilock::Error::NotHeld { .. }), "{err}");
 }
 
-/// After unlock the key is gone and no PEXPIRE for it reaches the server:
-/// watched through MONITOR, which also shows commands run by scripts.
+/// After unlock no renewal of the lock reaches the server, watched through
+/// MONITOR, which also shows the commands scripts run. Once the release's
+/// DEL ran, a renewal shows as a script call carrying the key, or as the
+/// renewal script's HEXISTS (the key is gone, so no PEXPIRE follows).
 #[tokio::test]
 async fn no_renewal_after_unlock() {
     let server = server().await;
+    let url = server.url();
     let node = node(&server);
     let client = client_with_watchdog(Duration::from_millis(300));
     let lock = client.lock(&node, "stopped").unwrap();
+    let (_, _, renew_sha) = protocol::scripts()
+        .into_iter()
+        .find(|(name, _, _)| *name == "renew_batch")
+        .unwrap();
+    let mut lines = monitor(&url).await;
     // Keep another lock held so the node's timer keeps ticking.
     let other = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
     let guard = lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(350)).await; // at least one renewal
+    let renewed = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next().await {
+            if line.command() == "evalsha" && line.args[1] == renew_sha && line.has_arg("stopped") {
+                return;
+            }
+        }
+    });
+    renewed.await.expect("the lock is renewed while held");
 
-    let monitor = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_monitor()
-        .await
-        .unwrap();
-    let mut lines = monitor.into_on_message::<String>();
     guard.unlock().await.unwrap();
-    assert!(!exists(&server.url(), "stopped").await);
+    assert!(!exists(&url, "stopped").await);
     let watch_until = tokio::time::Instant::now() + Duration::from_millis(1000);
     let mut renewals_of_other = 0;
     let mut released = false;
-    use futures::StreamExt;
     while let Ok(Some(line)) = tokio::time::timeout_at(watch_until, lines.next()).await {
-        if line.contains("\"pexpire\" \"stopped\"") || line.contains("\"PEXPIRE\" \"stopped\"") {
-            panic!("a renewal of the unlocked lock reached the server: {line}");
+        let on_key = |key: &str| line.args.get(1).is_some_and(|arg| arg == key);
+        let renews_stopped = match line.command() {
+            "evalsha" | "eval" => line.has_arg("stopped"),
+            "hexists" | "pexpire" => line.from_script && on_key("stopped"),
+            _ => false,
+        };
+        if released && renews_stopped {
+            panic!("a renewal of the unlocked lock reached the server after its release: {line:?}");
         }
-        if line.contains("\"del\" \"stopped\"") {
+        if line.from_script && line.command() == "del" && on_key("stopped") {
             released = true;
         }
-        if line.contains("\"pexpire\" \"ticking\"") {
+        if line.from_script && line.command() == "pexpire" && on_key("ticking") {
             renewals_of_other += 1;
         }
     }
-    let _ = released;
+    assert!(released, "the release's DEL went by");
     assert!(
         renewals_of_other >= 2,
         "the other lock kept being renewed meanwhile ({renewals_of_other})"
@@ -114,6 +130,13 @@ async fn lost_fires_after_a_force_unlock_elsewhere() {
     assert!(
         started.elapsed() <= WATCHDOG + Duration::from_secs(1),
         "noticed within a renewal period or so"
+    );
+    // Told by a renewal that found the lock gone, not by the fallback
+    // that fires once the last confirmed TTL may have run out.
+    assert_eq!(
+        guard.valid_until(),
+        None,
+        "lost() fired because a renewal found the lock gone"
     );
     assert!(matches!(
         guard.unlock().await,
