@@ -96,25 +96,53 @@ async fn try_lock_for_gives_up_after_its_wait() {
     holder.unlock().await.unwrap();
 }
 
-/// Cancel an acquire while it waits: nothing is held afterwards.
-#[tokio::test]
+/// Busy-waits `delay` on this thread: finer than the timer's millisecond,
+/// while the runtime's workers go on.
+fn spin_for(delay: Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < delay {
+        std::hint::spin_loop();
+    }
+}
+
+/// Cancel an acquire while it waits, where a grant can be in flight: the
+/// holder releases (its unlock message wakes the waiter) and the waiter is
+/// cut off 0 µs to 5 ms after the release: before it woke, while its
+/// acquire is on the wire, or just after the grant. The waiter's client
+/// leases for a minute, so a grant left behind would keep the third client
+/// out far longer than it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_while_waiting_leaves_nothing() {
     let server = server().await;
+    let url = server.url();
     let node = node(&server);
-    let holder = client()
-        .lock(&node, "cancel-wait")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
-    let waiter_lock = Client::new().lock(&node, "cancel-wait").unwrap();
-    let waiting = tokio::spawn(async move { waiter_lock.lock().await });
-    wait_for_listeners(&server.url(), "cancel-wait", 1).await;
-    waiting.abort();
-    assert!(waiting.await.unwrap_err().is_cancelled());
-    holder.unlock().await.unwrap();
+    let holder = Client::new().lock(&node, "cancel-wait").unwrap();
+    let waiter_lock = long_lease_client().lock(&node, "cancel-wait").unwrap();
     let third = Client::new().lock(&node, "cancel-wait").unwrap();
-    take_and_release(&third, Duration::ZERO, "the cancelled waiter holds nothing").await;
+    for sweep in 0..3 {
+        for cut_us in [
+            0u64, 10, 25, 50, 100, 150, 200, 300, 400, 600, 800, 1200, 2000, 5000,
+        ] {
+            let held = holder.lock_with_lease(LONG_LEASE).await.unwrap();
+            // The last round's subscriptions are gone: the next count of 1
+            // is this waiter's.
+            wait_for_listeners(&url, "cancel-wait", 0).await;
+            let attempt = waiter_lock.clone();
+            let waiting = tokio::spawn(async move {
+                let guard = attempt.lock().await.unwrap();
+                // Granted: park with the guard; abort drops it.
+                std::future::pending::<()>().await;
+                drop(guard);
+            });
+            wait_for_listeners(&url, "cancel-wait", 1).await;
+            held.unlock().await.unwrap();
+            spin_for(Duration::from_micros(cut_us));
+            waiting.abort();
+            assert!(waiting.await.unwrap_err().is_cancelled());
+            let why = format!("the waiter cut {cut_us} µs after the release (sweep {sweep})");
+            take_and_release(&third, PATIENCE, &why).await;
+        }
+    }
 }
 
 /// Cut acquires off at every point, including right after the grant: the
