@@ -2,7 +2,7 @@
 //! loss and pauses, rollback, cancellation, `lost()`, reentrancy, fencing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -579,13 +579,19 @@ async fn lost_fires_below_quorum_only() {
 }
 
 /// Fencing tokens strictly increase over 1,000 acquisitions by several
-/// clients while a minority of nodes is killed and restarted empty.
+/// clients while a minority of nodes is killed and restarted empty. A
+/// worker whose assertion fails ends the run at once with its message, and
+/// a run that stalls fails at its deadline instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_through_restarts() {
+    const ACQUISITIONS: u64 = 1000;
+    /// Many times what the run takes on a loaded machine.
+    const DEADLINE: Duration = Duration::from_secs(180);
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
     let last = Arc::new(AtomicU64::new(0));
     let acquisitions = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..4 {
         let red = client()
@@ -594,9 +600,10 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             .with_fencing()
             .with_node_timeout(Duration::from_millis(200))
             .unwrap();
-        let (last, acquisitions) = (last.clone(), acquisitions.clone());
+        let (last, acquisitions, stop) = (last.clone(), acquisitions.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
-            while acquisitions.load(Ordering::SeqCst) < 1000 {
+            while !stop.load(Ordering::SeqCst) && acquisitions.load(Ordering::SeqCst) < ACQUISITIONS
+            {
                 let Ok(Some(guard)) = red
                     .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
                     .await
@@ -612,8 +619,13 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             }
         }));
     }
-    // Chaos: nodes 3 and 4 (a minority) are killed and restarted empty.
-    while acquisitions.load(Ordering::SeqCst) < 1000 {
+    // Chaos: nodes 3 and 4 (a minority) are killed and restarted empty,
+    // until the workers are done, one of them ended early, or the deadline.
+    let started = Instant::now();
+    while acquisitions.load(Ordering::SeqCst) < ACQUISITIONS
+        && !workers.iter().any(|w| w.is_finished())
+        && started.elapsed() < DEADLINE
+    {
         for i in [3, 4] {
             tokio::time::sleep(Duration::from_millis(150)).await;
             servers[i].kill().await.unwrap();
@@ -621,10 +633,22 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             servers[i].restart().await.unwrap();
         }
     }
-    for w in workers {
-        w.await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        // A worker ends within one bounded wait (2 s) and its unlock.
+        match tokio::time::timeout(Duration::from_secs(10), worker).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Ok(Err(err)) => panic!("worker: {err}"),
+            Err(_) => panic!("a worker did not stop within 10 s"),
+        }
     }
-    assert!(last.load(Ordering::SeqCst) >= 1000);
+    let done = acquisitions.load(Ordering::SeqCst);
+    assert!(
+        done >= ACQUISITIONS,
+        "only {done} acquisitions within {DEADLINE:?}"
+    );
+    assert!(last.load(Ordering::SeqCst) >= ACQUISITIONS);
 }
 
 /// The three lock types are interchangeable behind `DistributedLock`.
