@@ -196,15 +196,6 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
-/// The script SHA of `name` (see `protocol::scripts`).
-fn script_sha(name: &str) -> String {
-    protocol::scripts()
-        .into_iter()
-        .find(|(script, _, _)| *script == name)
-        .map(|(_, _, sha)| sha)
-        .unwrap()
-}
-
 /// A RedLock waiter is subscribed on every node, an unlock message from
 /// any one of them wakes it, and it takes the lock once the holder lets go.
 ///
@@ -232,7 +223,7 @@ async fn a_redlock_waiter_listens_on_every_node() {
     }
 
     let url = servers[0].url();
-    let acquire = script_sha("acquire");
+    let (_, acquire) = script("acquire");
     let mut lines = monitor(&url).await;
     let mut publisher = raw(&url).await;
     let channel = protocol::channel(NAME);

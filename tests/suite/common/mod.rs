@@ -192,6 +192,16 @@ pub async fn wait_for_listeners(url: &str, name: &str, count: u64) {
     .await
 }
 
+/// The Lua source and the SHA of the crate's script `name` (one of
+/// `protocol::scripts`), to recognize its calls on MONITOR.
+pub fn script(name: &str) -> (&'static str, String) {
+    protocol::scripts()
+        .into_iter()
+        .find(|(script, _, _)| *script == name)
+        .map(|(_, source, sha)| (source, sha))
+        .unwrap_or_else(|| panic!("no script {name}"))
+}
+
 /// `INFO commandstats` of `url` as command -> calls.
 pub async fn command_calls(url: &str) -> HashMap<String, u64> {
     let info: String = run(url, redis::cmd("INFO").arg("commandstats"))
