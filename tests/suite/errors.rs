@@ -1,11 +1,10 @@
 //! Bad input gets a clear typed error before anything is sent; unlock by a
 //! non-holder is typed; secrets never show.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
+use multilock::testkit::TestServer;
 use multilock::{Client, Error, Node, Owner};
 
 fn invalid<T: std::fmt::Debug>(result: multilock::Result<T>) -> String {
@@ -130,13 +129,13 @@ async fn unlock_by_a_non_holder_is_typed() {
     match guard.unlock().await {
         Err(Error::NotHeld { lock, node }) => {
             assert_eq!(lock, "mine");
-            assert_eq!(node, server_addr(&server));
+            assert_eq!(node, addr(&server));
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }
     assert!(
         Client::new()
-            .lock(&node_of(&server), "mine")
+            .lock(&crate::common::node(&server), "mine")
             .unwrap()
             .is_locked()
             .await
@@ -150,7 +149,7 @@ async fn unlock_by_a_non_holder_is_typed() {
 async fn a_key_of_another_type_is_a_redis_error() {
     let server = server().await;
     let node = node(&server);
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&server.url()).await;
     redis::cmd("SET")
         .arg("plain")
         .arg("x")
@@ -176,10 +175,58 @@ async fn a_key_of_another_type_is_a_redis_error() {
     assert!(matches!(err, Error::Redis { .. }), "{err:?}");
 }
 
-fn server_addr(server: &multilock::testkit::RedisProcess) -> String {
-    format!("127.0.0.1:{}", server.port())
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+#[tokio::test]
+async fn an_unbounded_replica_sync_timeout_is_rejected() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "replicas").unwrap();
+    let err = lock
+        .with_replica_sync(1, Duration::MAX)
+        .expect_err("an unbounded WAIT is bad input");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(!exists(&server.url(), "replicas").await);
 }
 
-fn node_of(server: &multilock::testkit::RedisProcess) -> Node {
-    node(server)
+#[tokio::test]
+async fn a_lease_that_can_never_be_valid_is_bad_input() {
+    let servers = servers(3).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    let red = client().red_lock_on(&nodes, "tiny").unwrap();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        red.lock_with_lease(Duration::from_millis(1)),
+    )
+    .await
+    .expect("no endless retries");
+    assert!(
+        matches!(outcome, Err(Error::InvalidArgument(_))),
+        "{outcome:?}"
+    );
+}
+
+/// `localhost` and `127.0.0.1` are one server: not two RedLock masters.
+#[tokio::test]
+async fn one_server_under_two_addresses_is_not_two_masters() {
+    let servers = servers(2).await;
+    let nodes = vec![
+        Node::new(&format!("redis://127.0.0.1:{}", servers[0].port())).unwrap(),
+        Node::new(&format!("redis://localhost:{}", servers[0].port())).unwrap(),
+        node(&servers[1]),
+    ];
+    let red = client().red_lock_on(&nodes, "aliased").unwrap();
+    let mut outcome = red.try_lock().await;
+    if outcome.is_ok() {
+        // The first round connected; from now on the aliases are known.
+        drop(outcome);
+        outcome = red.try_lock().await;
+    }
+    match outcome {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("one server"), "{msg}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(!exists(&servers[0].url(), "aliased").await);
+    assert!(!exists(&servers[1].url(), "aliased").await);
 }

@@ -17,87 +17,41 @@
 //! `MULTILOCK_REDIS_IMAGE=multilock-redis:local`. Without them the tests
 //! fail with a message saying so; they never skip.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use multilock::testkit::{RedisContainer, ReplicatedPair, Side, TestServer};
+use multilock::testkit::{FencedStore, RedisContainer, ReplicatedPair, Side, TestServer};
 use multilock::{Client, Error, Node};
+
+use crate::common::{
+    LONG_LEASE, PATIENCE, addr, client, client_with_watchdog, exists, init_tracing, node_at, run,
+    wait_absent,
+};
 
 /// Per-request timeouts of every node: small against the leases below.
 const NODE_TIMEOUT: Duration = Duration::from_millis(300);
-/// A lease no scenario outlives.
-const LONG_LEASE: Duration = Duration::from_secs(30);
-
-fn node_at(url: String) -> Node {
-    Node::builder(url)
-        .connect_timeout(NODE_TIMEOUT)
-        .response_timeout(NODE_TIMEOUT)
-        .build()
-        .unwrap()
-}
 
 fn nodes_of(servers: &[RedisContainer]) -> Vec<Node> {
-    servers.iter().map(|s| node_at(s.url())).collect()
-}
-
-fn client_with_watchdog(timeout: Duration) -> Client {
-    Client::builder().watchdog_timeout(timeout).build().unwrap()
-}
-
-fn client() -> Client {
-    client_with_watchdog(Duration::from_secs(2))
+    servers
+        .iter()
+        .map(|s| node_at(&s.url(), NODE_TIMEOUT))
+        .collect()
 }
 
 async fn containers(n: usize) -> Vec<RedisContainer> {
-    common::init_tracing();
+    init_tracing();
     RedisContainer::start_many(n)
         .await
         .unwrap_or_else(|err| panic!("cannot start {n} Redis containers: {err}"))
 }
 
 async fn pair() -> ReplicatedPair {
-    common::init_tracing();
+    init_tracing();
     ReplicatedPair::start()
         .await
         .unwrap_or_else(|err| panic!("cannot start a primary and its replica: {err}"))
-}
-
-/// One command on a fresh connection, bounded by 2 s.
-async fn run<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-    let attempt = async {
-        let mut conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        cmd.query_async::<T>(&mut conn).await
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt)
-        .await
-        .unwrap_or_else(|_| {
-            Err(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no reply within 2 s",
-            )))
-        })
-}
-
-async fn exists(url: &str, key: &str) -> bool {
-    run(url, redis::cmd("EXISTS").arg(key)).await.unwrap()
-}
-
-/// Polls until `key` is gone from `url`.
-async fn until_absent(url: &str, key: &str, limit: Duration) {
-    let started = Instant::now();
-    while exists(url, key).await {
-        assert!(
-            started.elapsed() < limit,
-            "{key} still on {url} after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// True when a bounded request got no reply: our bound or redis-rs's own
@@ -185,7 +139,7 @@ async fn async_replica_failover_hands_the_lock_to_a_second_holder() {
     pair.cut_link().await.unwrap();
 
     let first = client();
-    let on_primary = node_at(pair.primary.url());
+    let on_primary = node_at(&pair.primary.url(), NODE_TIMEOUT);
     let held = first
         .lock(&on_primary, "orders")
         .unwrap()
@@ -202,7 +156,7 @@ async fn async_replica_failover_hands_the_lock_to_a_second_holder() {
     pair.promote().await.unwrap();
 
     let second = client();
-    let on_replica = node_at(pair.replica.url());
+    let on_replica = node_at(&pair.replica.url(), NODE_TIMEOUT);
     let also_held = second
         .lock(&on_replica, "orders")
         .unwrap()
@@ -231,7 +185,7 @@ async fn replica_sync_refuses_a_grant_the_replica_did_not_get() {
     pair.cut_link().await.unwrap();
 
     let first = client();
-    let on_primary = node_at(pair.primary.url());
+    let on_primary = node_at(&pair.primary.url(), NODE_TIMEOUT);
     let synced = first
         .lock(&on_primary, "orders")
         .unwrap()
@@ -263,7 +217,7 @@ async fn replica_sync_refuses_a_grant_the_replica_did_not_get() {
     pair.promote().await.unwrap();
     let second = client();
     let only = second
-        .lock(&node_at(pair.replica.url()), "orders")
+        .lock(&node_at(&pair.replica.url(), NODE_TIMEOUT), "orders")
         .unwrap()
         .try_lock()
         .await
@@ -281,7 +235,7 @@ async fn replica_sync_with_the_link_up_survives_the_failover() {
     let mut pair = pair().await;
     let first = client();
     let held = first
-        .lock(&node_at(pair.primary.url()), "orders")
+        .lock(&node_at(&pair.primary.url(), NODE_TIMEOUT), "orders")
         .unwrap()
         .with_replica_sync(1, Duration::from_secs(2))
         .unwrap()
@@ -297,7 +251,7 @@ async fn replica_sync_with_the_link_up_survives_the_failover() {
     pair.primary.kill().await.unwrap();
     pair.promote().await.unwrap();
     let second = client()
-        .lock(&node_at(pair.replica.url()), "orders")
+        .lock(&node_at(&pair.replica.url(), NODE_TIMEOUT), "orders")
         .unwrap();
     assert!(second.try_lock().await.unwrap().is_none());
     assert!(
@@ -437,11 +391,21 @@ async fn multi_lock_waits_out_its_budget_while_a_node_is_paused() {
     let multi = client
         .multi_lock_on(&nodes_of(&servers), "accounts")
         .unwrap();
+    // Connections made first, so the acquires really reach the paused node.
+    multi
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
     servers[1].pause().await.unwrap();
 
+    // Leases of a minute: what the paused node grants late can only be
+    // gone by the time the lock is asked for again through its rollback.
     let wait = Duration::from_secs(1);
     let started = Instant::now();
-    let outcome = multi.try_lock_for(wait, Some(Duration::from_secs(5))).await;
+    let outcome = multi.try_lock_for(wait, Some(LONG_LEASE)).await;
     let elapsed = started.elapsed();
     assert!(
         matches!(outcome, Ok(None) | Err(Error::NoQuorum(_))),
@@ -455,11 +419,15 @@ async fn multi_lock_waits_out_its_budget_while_a_node_is_paused() {
     );
 
     servers[1].unpause().await.unwrap();
-    let guard = multi
-        .try_lock_for(Duration::from_secs(5), Some(Duration::from_secs(5)))
+    // Another client: a grant left behind by the first one would re-enter
+    // for its own owner, and hide.
+    let guard = crate::common::client()
+        .multi_lock_on(&nodes_of(&servers), "accounts")
+        .unwrap()
+        .try_lock_for(PATIENCE, Some(Duration::from_secs(5)))
         .await
         .unwrap()
-        .expect("every node is back");
+        .expect("every node is back, and the late grants there were rolled back");
     assert_eq!(guard.nodes().len(), 3);
     guard.unlock().await.unwrap();
     for server in servers {
@@ -475,6 +443,14 @@ async fn bare_majority_holder(
     lease: Duration,
 ) -> multilock::Guard {
     let red = client.red_lock_on(&nodes_of(servers), "jobs").unwrap();
+    // Connections made first, so the acquire really reaches the paused
+    // node (a connection attempt to it would fail with nothing sent).
+    red.lock_with_lease(lease)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
     servers[2].pause().await.unwrap();
     let guard = red
         .try_lock_for(Duration::from_secs(3), Some(lease))
@@ -482,12 +458,16 @@ async fn bare_majority_holder(
         .unwrap()
         .expect("two of three grant");
     servers[2].unpause().await.unwrap();
-    // The timed-out acquire there is applied, then rolled back behind it.
-    until_absent(&servers[2].url(), "jobs", Duration::from_secs(5)).await;
-    let expected: Vec<String> = servers[..2]
-        .iter()
-        .map(|s| s.url().trim_start_matches("redis://").to_owned())
-        .collect();
+    // The timed-out acquire there is applied, then rolled back behind it:
+    // gone well within the lease, before it could expire on its own.
+    wait_absent(
+        &servers[2].url(),
+        "jobs",
+        PATIENCE.min(lease / 2),
+        "the late grant on the paused node was rolled back",
+    )
+    .await;
+    let expected: Vec<String> = servers[..2].iter().map(addr).collect();
     assert_eq!(guard.nodes(), expected);
     guard
 }
@@ -530,10 +510,7 @@ async fn red_lock_restart_delayed_past_the_lease_keeps_one_holder() {
     let first = client();
     let held = bare_majority_holder(&mut servers, &first, LEASE).await;
     let valid_until = held.valid_until().unwrap();
-    let b_and_c: Vec<String> = servers[1..]
-        .iter()
-        .map(|s| s.url().trim_start_matches("redis://").to_owned())
-        .collect();
+    let b_and_c: Vec<String> = servers[1..].iter().map(addr).collect();
 
     let second = client();
     let red = second.red_lock_on(&nodes_of(&servers), "jobs").unwrap();
@@ -589,7 +566,7 @@ struct CutOff {
 
 impl CutOff {
     async fn start() -> CutOff {
-        common::init_tracing();
+        init_tracing();
         let servers = RedisContainer::start_many_two_sided(5)
             .await
             .unwrap_or_else(|err| panic!("cannot start 5 Redis containers: {err}"));
@@ -599,18 +576,20 @@ impl CutOff {
     fn nodes(&self, side: Side) -> Vec<Node> {
         self.servers
             .iter()
-            .map(|s| node_at(s.url_from(side)))
+            .map(|s| node_at(&s.url_from(side), NODE_TIMEOUT))
             .collect()
     }
 
-    /// Cuts the holder's side of the first three servers; returns, for each,
-    /// when its copy of `key` expires (read from the other side, once no
-    /// renewal can reach it any more).
+    /// Cuts the holder's side of the first three servers; returns the
+    /// latest instant their copies of `key` expire (read from the other
+    /// side). A renewal the holder sent before the cut was delivered or
+    /// dropped by the time the cut is made; one that still landed after
+    /// the read would only make the key live longer than the value
+    /// returned, which the callers take as a lower bound.
     async fn cut_holder_from_majority(&mut self, key: &str) -> Instant {
         for server in &mut self.servers[..3] {
             server.partition_side(Side::A).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
         let mut latest = Instant::now();
         for server in &self.servers[..3] {
             let read_at = Instant::now();
@@ -750,37 +729,6 @@ async fn red_lock_holder_cut_from_the_majority_under_the_watchdog_is_told_first(
     cut.rm().await;
 }
 
-/// A fenced store in Redis: a write carries its writer's fencing token and
-/// is applied only if no higher token was seen.
-const FENCED_SET: &str = r"
-local highest = tonumber(redis.call('get', KEYS[2]) or '0')
-local token = tonumber(ARGV[1])
-if token < highest then
-    return 0
-end
-redis.call('set', KEYS[2], ARGV[1])
-redis.call('set', KEYS[1], ARGV[2])
-return 1
-";
-
-async fn fenced_set(store: &str, token: u64, value: &str) -> bool {
-    let script = redis::Script::new(FENCED_SET);
-    let mut conn = redis::Client::open(store)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let applied: i64 = script
-        .key("doc")
-        .key("doc:highest-token")
-        .arg(token)
-        .arg(value)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    applied == 1
-}
-
 /// (f) A holder stalls (GC, swap) past its lease; meanwhile another client
 /// takes the lock and writes. The stale holder's late write carries an
 /// older fencing token and the store rejects it.
@@ -789,7 +737,7 @@ async fn fencing_rejects_the_late_write_of_a_holder_that_stalled_past_its_lease(
     const LEASE: Duration = Duration::from_secs(1);
     let servers = containers(4).await;
     let (lock_servers, store) = servers.split_at(3);
-    let store = store[0].url();
+    let store = FencedStore::new(store[0].url(), "doc");
 
     let first = client();
     let stale = first
@@ -817,15 +765,25 @@ async fn fencing_rejects_the_late_write_of_a_holder_that_stalled_past_its_lease(
         .expect("the stalled holder's lease is over");
     let current_token = current.fencing_token().unwrap();
     assert!(current_token > stale_token);
-    assert!(fenced_set(&store, current_token, "written by the current holder").await);
+    assert!(
+        store
+            .write(current_token, "written by the current holder")
+            .await
+            .unwrap()
+    );
 
     // The stalled holder wakes up, believes it still holds, and writes.
     assert!(
-        !fenced_set(&store, stale_token, "written by the stale holder").await,
+        !store
+            .write(stale_token, "written by the stale holder")
+            .await
+            .unwrap(),
         "the store must reject the older token"
     );
-    let value: String = run(&store, redis::cmd("GET").arg("doc")).await.unwrap();
-    assert_eq!(value, "written by the current holder");
+    assert_eq!(
+        store.read().await.unwrap().as_deref(),
+        Some("written by the current holder")
+    );
 
     current.unlock().await.unwrap();
     drop(stale);
@@ -839,7 +797,10 @@ async fn fencing_rejects_the_late_write_of_a_holder_that_stalled_past_its_lease(
 /// after the restart.
 async fn red_lock_through_a_kill_and_restart<S: TestServer>() {
     let mut servers = S::start_many(3).await.expect("start servers");
-    let nodes: Vec<Node> = servers.iter().map(|s| node_at(s.url())).collect();
+    let nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| node_at(&s.url(), NODE_TIMEOUT))
+        .collect();
     let red = client().red_lock_on(&nodes, "either").unwrap();
     let lease = Some(Duration::from_secs(5));
     servers[0].kill().await.unwrap();
@@ -872,6 +833,6 @@ async fn the_same_scenario_runs_on_processes() {
 
 #[tokio::test]
 async fn the_same_scenario_runs_on_containers() {
-    common::init_tracing();
+    init_tracing();
     red_lock_through_a_kill_and_restart::<RedisContainer>().await;
 }

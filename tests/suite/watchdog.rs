@@ -1,11 +1,11 @@
 //! Renewal: the watchdog keeps a lock alive, a fixed lease expires, no
 //! renewal outlives an unlock, and `lost()` fires when the lock is taken away.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use futures::StreamExt;
+
+use crate::common::*;
 use multilock::testkit::TestServer;
 
 #[tokio::test]
@@ -43,52 +43,64 @@ async fn fixed_lease_expires_without_renewal() {
         .await
         .expect("lost() fires when the lease ends");
     assert!(Instant::now() >= deadline);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!lock.is_locked().await.unwrap(), "expired");
+    wait_absent(&server.url(), "leased", PATIENCE, "expired").await;
     let err = guard.unlock().await.unwrap_err();
     assert!(matches!(err, multilock::Error::NotHeld { .. }), "{err}");
 }
 
-/// After unlock the key is gone and no PEXPIRE for it reaches the server:
-/// watched through MONITOR, which also shows commands run by scripts.
+/// After unlock no renewal of the lock reaches the server, watched through
+/// MONITOR, which also shows the commands scripts run. Once the release's
+/// DEL ran, a renewal shows as a script call carrying the key (other than
+/// a retried release), or as the renewal script's HEXISTS (the key is
+/// gone, so no PEXPIRE follows).
 #[tokio::test]
 async fn no_renewal_after_unlock() {
     let server = server().await;
+    let url = server.url();
     let node = node(&server);
-    let client = multilock::Client::builder()
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = client_with_watchdog(Duration::from_millis(300));
     let lock = client.lock(&node, "stopped").unwrap();
+    let (_, renew_sha) = script("renew_batch");
+    let (release_source, release_sha) = script("release");
+    let mut lines = monitor(&url).await;
     // Keep another lock held so the node's timer keeps ticking.
     let other = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
     let guard = lock.lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(350)).await; // at least one renewal
+    let renewed = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next().await {
+            if line.command() == "evalsha" && line.args[1] == renew_sha && line.has_arg("stopped") {
+                return;
+            }
+        }
+    });
+    renewed.await.expect("the lock is renewed while held");
 
-    let monitor = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_monitor()
-        .await
-        .unwrap();
-    let mut lines = monitor.into_on_message::<String>();
     guard.unlock().await.unwrap();
-    assert!(!exists(&server, "stopped").await);
+    assert!(!exists(&url, "stopped").await);
     let watch_until = tokio::time::Instant::now() + Duration::from_millis(1000);
     let mut renewals_of_other = 0;
     let mut released = false;
-    use futures::StreamExt;
     while let Ok(Some(line)) = tokio::time::timeout_at(watch_until, lines.next()).await {
-        if line.contains("\"pexpire\" \"stopped\"") || line.contains("\"PEXPIRE\" \"stopped\"") {
-            panic!("a renewal of the unlocked lock reached the server: {line}");
+        let on_key = |key: &str| line.args.get(1).is_some_and(|arg| arg == key);
+        let renews_stopped = match line.command() {
+            "evalsha" | "eval" => {
+                line.has_arg("stopped")
+                    && ![release_sha.as_str(), release_source].contains(&line.args[1].as_str())
+            }
+            "hexists" | "pexpire" => line.from_script && on_key("stopped"),
+            _ => false,
+        };
+        if released && renews_stopped {
+            panic!("a renewal of the unlocked lock reached the server after its release: {line:?}");
         }
-        if line.contains("\"del\" \"stopped\"") {
+        if line.from_script && line.command() == "del" && on_key("stopped") {
             released = true;
         }
-        if line.contains("\"pexpire\" \"ticking\"") {
+        if line.from_script && line.command() == "pexpire" && on_key("ticking") {
             renewals_of_other += 1;
         }
     }
-    let _ = released;
+    assert!(released, "the release's DEL went by");
     assert!(
         renewals_of_other >= 2,
         "the other lock kept being renewed meanwhile ({renewals_of_other})"
@@ -121,6 +133,13 @@ async fn lost_fires_after_a_force_unlock_elsewhere() {
         started.elapsed() <= WATCHDOG + Duration::from_secs(1),
         "noticed within a renewal period or so"
     );
+    // Told by a renewal that found the lock gone, not by the fallback
+    // that fires once the last confirmed TTL may have run out.
+    assert_eq!(
+        guard.valid_until(),
+        None,
+        "lost() fired because a renewal found the lock gone"
+    );
     assert!(matches!(
         guard.unlock().await,
         Err(multilock::Error::NotHeld { .. })
@@ -146,10 +165,7 @@ async fn lost_does_not_fire_while_held() {
 async fn renewals_are_batched_per_node() {
     let server = server().await;
     let node = node(&server);
-    let client = multilock::Client::builder()
-        .watchdog_timeout(Duration::from_millis(600))
-        .build()
-        .unwrap();
+    let client = client_with_watchdog(Duration::from_millis(600));
     let mut guards = Vec::new();
     for i in 0..200 {
         guards.push(
@@ -162,10 +178,24 @@ async fn renewals_are_batched_per_node() {
         );
     }
     // One tick first: it loads the renewal script (NOSCRIPT, SCRIPT LOAD).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = command_calls(&server).await;
+    // Done once the 200 acquires' PEXPIREs are followed by 200 renewals.
+    let url = server.url();
+    eventually(
+        PATIENCE,
+        |pexpire| format!("no renewal tick yet: {pexpire} PEXPIRE calls"),
+        || async {
+            let pexpire = command_calls(&url)
+                .await
+                .get("pexpire")
+                .copied()
+                .unwrap_or(0);
+            if pexpire >= 400 { Ok(()) } else { Err(pexpire) }
+        },
+    )
+    .await;
+    let before = command_calls(&url).await;
     tokio::time::sleep(Duration::from_millis(1000)).await; // ~5 ticks of 200 ms
-    let after = command_calls(&server).await;
+    let after = command_calls(&url).await;
     let calls = delta(&before, &after);
     let evalsha = calls.get("evalsha").copied().unwrap_or(0);
     let pexpire = calls.get("pexpire").copied().unwrap_or(0);
@@ -275,5 +305,91 @@ async fn an_expired_lease_guard_leaves_a_later_hold_alone() {
         "the later hold survives"
     );
     current.unlock().await.unwrap();
-    assert!(!exists(&server, "stale-lease").await);
+    assert!(!exists(&server.url(), "stale-lease").await);
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+/// A client used on one runtime, then on another (a client in a `static`
+/// shared by `#[tokio::test]`s): locks taken on the second are renewed, and
+/// the pool's first use there works.
+#[test]
+fn the_watchdog_survives_its_first_runtime() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let server = first.block_on(server());
+    let node = node(&server);
+    let client = client_with_watchdog(Duration::from_millis(900));
+    let lock = client.lock(&node, "runtimes").unwrap();
+    first.block_on(async {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        // Hold briefly so the timer is running when the runtime goes.
+        let guard = lock.lock().await.unwrap();
+        guard.unlock().await.unwrap();
+    });
+    drop(first);
+
+    let second = runtime();
+    second.block_on(async {
+        let guard = lock
+            .lock()
+            .await
+            .expect("the pool hands out no connection of the dead runtime");
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, guard.lost())
+                .await
+                .is_err(),
+            "renewed on the second runtime"
+        );
+        assert!(lock.is_locked().await.unwrap(), "the key was renewed");
+        guard.unlock().await.unwrap();
+    });
+}
+
+#[tokio::test]
+async fn one_bad_key_does_not_spoil_a_renewal_batch() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client(); // 1 s watchdog
+    let mut guards = Vec::new();
+    for i in 0..20 {
+        let lock = client.lock(&node, format!("batch:{i}")).unwrap();
+        guards.push(lock.lock().await.unwrap());
+    }
+    let mut conn = raw(&server.url()).await;
+    redis::pipe()
+        .cmd("DEL")
+        .arg("batch:7")
+        .cmd("SET")
+        .arg("batch:7")
+        .arg("not a lock")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), guards[7].lost())
+        .await
+        .expect("the replaced lock is lost");
+    tokio::time::sleep(WATCHDOG * 5 / 2).await;
+    for (i, guard) in guards.iter().enumerate() {
+        if i == 7 {
+            continue;
+        }
+        assert!(
+            exists(&server.url(), &format!("batch:{i}")).await,
+            "lock {i} expired"
+        );
+        assert!(
+            tokio::time::timeout(Duration::ZERO, guard.lost())
+                .await
+                .is_err(),
+            "guard {i} fired lost()"
+        );
+    }
 }

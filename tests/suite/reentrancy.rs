@@ -1,11 +1,9 @@
 //! Reentrancy and mutual exclusion of the single-node lock.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use multilock::testkit::TestServer;
+use crate::common::*;
+use multilock::testkit::{TestServer, poll_until};
 use multilock::{Client, Owner};
 
 #[tokio::test]
@@ -34,7 +32,7 @@ async fn hold_count_rises_and_falls_with_reentry() {
     );
     g1.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
-    assert!(!exists(&server, "reentrant").await);
+    assert!(!exists(&server.url(), "reentrant").await);
 }
 
 #[tokio::test]
@@ -131,6 +129,104 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(counter(&server).await, (TASKS * ROUNDS) as u64);
-    assert!(!exists(&server, "counter-lock").await);
+    assert_eq!(counter(&server.url()).await, (TASKS * ROUNDS) as u64);
+    assert!(!exists(&server.url(), "counter-lock").await);
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+/// Outer `lock()` under a 3 s watchdog; in the same task a 300 ms re-entry
+/// and its unlock. The key must keep the outer hold's TTL: no other client
+/// gets in while the outer guard reports validity.
+#[tokio::test]
+async fn a_short_reentry_does_not_cut_a_watchdog_hold() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client_with_watchdog(Duration::from_secs(3))
+        .lock(&node, "cut")
+        .unwrap();
+    let outer = lock.lock().await.unwrap();
+    let inner = lock
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    inner.unlock().await.unwrap();
+    assert!(
+        pttl(&server.url(), "cut").await > 1_000,
+        "the re-entry cut the TTL"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rival = Client::new().lock(&node, "cut").unwrap();
+    assert!(
+        rival.try_lock().await.unwrap().is_none(),
+        "a second client got in while the outer guard holds"
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, outer.lost())
+            .await
+            .is_err()
+    );
+    outer.unlock().await.unwrap();
+    assert!(!exists(&server.url(), "cut").await);
+}
+
+/// Outer 10 s lease, inner 200 ms dropped: the key keeps the outer's lease.
+#[tokio::test]
+async fn a_short_reentry_does_not_cut_a_fixed_lease() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "cut-fixed").unwrap();
+    let outer = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+    drop(
+        lock.lock_with_lease(Duration::from_millis(200))
+            .await
+            .unwrap(),
+    );
+    poll_until(
+        Duration::from_secs(5),
+        || "the dropped inner hold was not released".into(),
+        || async { (lock.hold_count().await.unwrap() == 1).then_some(()) },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rival = Client::new().lock(&node, "cut-fixed").unwrap();
+    assert!(
+        rival.try_lock().await.unwrap().is_none(),
+        "a second client got in within the outer lease"
+    );
+    outer.unlock().await.unwrap();
+}
+
+/// Re-entry with a longer lease extends the key; the outer guard's unlock
+/// then releases a held lock (it used to report `NotHeld` and leave the key
+/// for the inner lease).
+#[tokio::test]
+async fn the_outer_guard_follows_a_longer_reentry() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "longer").unwrap();
+    let outer = lock
+        .lock_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    lock.lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        exists(&server.url(), "longer").await,
+        "the longer lease holds it"
+    );
+    let valid_until = outer.valid_until().expect("a fixed lease has an end");
+    assert!(
+        valid_until > std::time::Instant::now() + Duration::from_secs(10),
+        "the outer guard's validity follows the key"
+    );
+    outer.unlock().await.unwrap();
+    assert!(!exists(&server.url(), "longer").await);
 }

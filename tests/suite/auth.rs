@@ -1,10 +1,9 @@
 //! Credentials and transport: ACL `user:password` URLs, and `rediss://`
 //! (TLS, feature `tls`) end to end; the password never shows.
 
-mod common;
+use std::time::{Duration, Instant};
 
-use std::time::Duration;
-
+use crate::common::{LONG_LEASE, client, wait_for_listeners};
 use multilock::testkit::RedisProcess;
 use multilock::{Client, Node};
 
@@ -20,21 +19,25 @@ async fn acl_user_and_password() {
     .await
     .unwrap();
     let port = server.port();
-    let node = Node::new(&format!("redis://app:hunter2@127.0.0.1:{port}")).unwrap();
+    let url = format!("redis://app:hunter2@127.0.0.1:{port}");
+    let node = Node::new(&url).unwrap();
     let client = Client::new();
     let lock = client.lock(&node, "acl").unwrap();
-    let guard = lock.lock().await.unwrap();
+    let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     // Waiting works too: the subscription connection authenticates as well.
+    // The waiter waits longer than the bound below, and the holder's lease
+    // is longer still: only the unlock message gets it the lock in time.
     let other = Client::new().lock(&node, "acl").unwrap();
     let waiter =
-        tokio::spawn(async move { other.try_lock_for(Duration::from_secs(5), None).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::spawn(async move { other.try_lock_for(Duration::from_secs(20), None).await });
+    wait_for_listeners(&url, "acl", 1).await;
     guard.unlock().await.unwrap();
-    waiter
+    tokio::time::timeout(Duration::from_secs(3), waiter)
         .await
+        .expect("woken through pub/sub, not by the holder's 60 s lease")
         .unwrap()
         .unwrap()
-        .expect("woken through pub/sub")
+        .expect("granted")
         .unlock()
         .await
         .unwrap();
@@ -119,4 +122,35 @@ async fn tls_end_to_end() {
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+#[tokio::test]
+async fn a_red_lock_ends_its_wait_on_a_wrong_password() {
+    let servers =
+        futures::future::try_join_all((0..3).map(|_| {
+            RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
+        }))
+        .await
+        .unwrap();
+    let nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| {
+            Node::builder(format!("redis://:wrong@127.0.0.1:{}", s.port()))
+                .connect_timeout(Duration::from_millis(500))
+                .response_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let red = client().red_lock_on(&nodes, "auth").unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), red.lock())
+        .await
+        .expect("lock() ended its wait");
+    let err = outcome.unwrap_err();
+    assert!(!format!("{err} {err:?}").contains("wrong"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
 }

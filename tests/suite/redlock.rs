@@ -1,14 +1,14 @@
 //! RedLock and MultiLock on 5 real redis-server processes: quorum under node
 //! loss and pauses, rollback, cancellation, `lost()`, reentrancy, fencing.
 
-mod common;
-
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
-use multilock::testkit::{RedisProcess, TestServer};
+use futures::StreamExt;
+
+use crate::common::*;
+use multilock::testkit::{RedisProcess, TestServer, protocol};
 use multilock::{Client, Error, Node};
 
 const NAME: &str = "orders:42";
@@ -20,40 +20,39 @@ fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
 async fn keys_left(servers: &[RedisProcess], key: &str) -> Vec<usize> {
     let mut left = Vec::new();
     for (i, s) in servers.iter().enumerate() {
-        if s.is_running() && exists(s, key).await {
+        if s.is_running() && exists(&s.url(), key).await {
             left.push(i);
         }
     }
     left
 }
 
-/// Waits (up to 5 s) until no node holds `key`: requests that a failed
-/// round stopped waiting for are rolled back in the background.
+/// Waits (at most [`PATIENCE`]) until no node holds `key`: requests that a
+/// failed round stopped waiting for are rolled back in the background. The
+/// keys are the attempt's own, leased for [`LONG_LEASE`]: none expires in
+/// time on its own.
 async fn assert_rolled_back(servers: &[RedisProcess], key: &str, why: &str) {
     wait_until_keys_left(servers, key, &[], why).await;
 }
 
-/// Waits (up to 5 s) until exactly the nodes `expected` hold `key`.
+/// Waits (at most [`PATIENCE`]) until exactly the nodes `expected` hold `key`.
 async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[usize], why: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = keys_left(servers, key).await;
-        if left == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{why}: keys left on nodes {left:?}, expected {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        PATIENCE,
+        |left| format!("{why}: keys left on nodes {left:?}, expected {expected:?}"),
+        || async {
+            let left = keys_left(servers, key).await;
+            if left == expected { Ok(()) } else { Err(left) }
+        },
+    )
+    .await
 }
 
 /// The hold count of `field` on each node (`None`: no such field).
 async fn counts_on(servers: &[RedisProcess], key: &str, field: &str) -> Vec<Option<u64>> {
     let mut counts = Vec::new();
     for s in servers {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         counts.push(
             redis::cmd("HGET")
                 .arg(key)
@@ -73,7 +72,7 @@ async fn scripts_since(
 ) -> Vec<u64> {
     let mut sent = Vec::new();
     for (s, before) in servers.iter().zip(before) {
-        let now = command_calls(s).await;
+        let now = command_calls(&s.url()).await;
         sent.push(delta(before, &now).get("evalsha").copied().unwrap_or(0));
     }
     sent
@@ -84,7 +83,7 @@ async fn all_command_calls(
 ) -> Vec<std::collections::HashMap<String, u64>> {
     let mut calls = Vec::new();
     for s in servers {
-        calls.push(command_calls(s).await);
+        calls.push(command_calls(&s.url()).await);
     }
     calls
 }
@@ -167,7 +166,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(counter(&servers[0]).await, 3 * 8 * 15);
+    assert_eq!(counter(&counter_url).await, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
@@ -193,21 +192,24 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(counter(&servers[0]).await, 3 * 4 * 10);
+    assert_eq!(counter(&counter_url).await, 3 * 4 * 10);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
-/// A RedLock waiter is subscribed on every node and takes the lock once the
-/// holder lets go.
+/// A RedLock waiter is subscribed on every node, an unlock message from
+/// any one of them wakes it, and it takes the lock once the holder lets go.
+///
+/// A multi-node waiter also retries on its own every 50 to 250 ms, so a
+/// prompt handoff alone proves no wake-up. Unlock messages published on one
+/// node while the lock is still held do: each wakes the waiter into a round
+/// at once, so its rounds (on that node's MONITOR clock) come far closer
+/// together than the 50 ms its retry delay leaves at least.
 #[tokio::test]
 async fn a_redlock_waiter_listens_on_every_node() {
     let servers = servers(5).await;
     let nodes = nodes(&servers);
     let holder = client().red_lock_on(&nodes, NAME).unwrap();
-    let held = holder
-        .lock_with_lease(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let held = holder.lock_with_lease(LONG_LEASE).await.unwrap();
     let waiter = client().red_lock_on(&nodes, NAME).unwrap();
     let waiting = tokio::spawn(async move {
         let guard = waiter
@@ -217,8 +219,40 @@ async fn a_redlock_waiter_listens_on_every_node() {
         (guard.is_some(), Instant::now())
     });
     for s in &servers {
-        wait_for_listeners(s, NAME, 1).await;
+        wait_for_listeners(&s.url(), NAME, 1).await;
     }
+
+    let url = servers[0].url();
+    let (_, acquire) = script("acquire");
+    let mut lines = monitor(&url).await;
+    let mut publisher = raw(&url).await;
+    let channel = protocol::channel(NAME);
+    let publishing = async move {
+        for _ in 0..200 {
+            redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg("0")
+                .query_async::<()>(&mut publisher)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let mut rounds = Vec::new();
+    let mut meanwhile = (&mut lines).take_until(Box::pin(publishing));
+    while let Some(line) = meanwhile.next().await {
+        if !line.from_script && line.command() == "evalsha" && line.args[1] == acquire {
+            rounds.push(line.at);
+        }
+    }
+    let quick = rounds.windows(2).filter(|w| w[1] - w[0] < 0.025).count();
+    assert!(
+        quick >= 10,
+        "unlock messages on one node must wake the waiter into a round at once: only \
+         {quick} of its {} rounds there came within 25 ms of the one before",
+        rounds.len()
+    );
+
     assert!(!waiting.is_finished(), "nothing granted while held");
     let released_at = Instant::now();
     held.unlock().await.unwrap();
@@ -235,7 +269,7 @@ async fn a_redlock_waiter_listens_on_every_node() {
 async fn two_nodes_down_redlock_acquires_multilock_does_not() {
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
-    let client = client();
+    let client = long_lease_client();
     servers[0].kill().await.unwrap();
     servers[1].kill().await.unwrap();
     let red = client.red_lock_on(&nodes, NAME).unwrap();
@@ -263,7 +297,7 @@ async fn two_nodes_down_redlock_acquires_multilock_does_not() {
             assert_eq!(q.required, 5);
             // The round ends at the first failure (the quorum is out of
             // reach): the error names the dead nodes it heard from.
-            let dead = [servers[0].port(), servers[1].port()].map(|p| format!("127.0.0.1:{p}"));
+            let dead = [addr(&servers[0]), addr(&servers[1])];
             assert!(!q.failures.is_empty(), "{q}");
             for failure in &q.failures {
                 assert!(dead.contains(&failure.node), "{q}");
@@ -282,7 +316,7 @@ async fn three_nodes_down_redlock_refuses_within_its_budget() {
     for s in &mut servers[..3] {
         s.kill().await.unwrap();
     }
-    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    let red = long_lease_client().red_lock_on(&nodes, NAME).unwrap();
     let started = Instant::now();
     let err = red
         .try_lock_for(Duration::from_secs(1), None)
@@ -355,7 +389,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     // Someone else holds the lock on nodes 0..3 (a majority).
     let rival_guards = rival_holds(&nodes[..3]).await;
     servers[4].pause().await.unwrap();
-    let client = client();
+    let client = long_lease_client();
     let red = client
         .red_lock_on(&nodes, NAME)
         .unwrap()
@@ -372,7 +406,7 @@ async fn a_failed_attempt_rolls_back_everywhere() {
     // back once it answered; nodes 0..3 keep only the rival's field.
     wait_until_keys_left(&servers, NAME, &[0, 1, 2], "the failed attempt rolled back").await;
     for s in &servers[..3] {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         let n: u64 = redis::cmd("HLEN")
             .arg(NAME)
             .query_async(&mut conn)
@@ -401,13 +435,13 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
         .with_node_timeout(Duration::from_millis(200))
         .unwrap();
     let outcome = red
-        .try_lock_for(Duration::from_millis(100), Some(Duration::from_secs(10)))
+        .try_lock_for(Duration::from_millis(100), Some(LONG_LEASE))
         .await;
     // 1 grant, 2 taken, 2 timeouts: the round is lost; contention (not
     // node failures alone) made it so, hence no error.
     assert!(matches!(outcome, Ok(None)), "{outcome:?}");
     assert!(
-        !exists(&servers[2], NAME).await,
+        !exists(&servers[2].url(), NAME).await,
         "the one grant was released"
     );
     servers[3].unpause().await.unwrap();
@@ -427,7 +461,8 @@ async fn timed_out_nodes_are_rolled_back_when_they_answer() {
 async fn cancelled_mid_fan_out_leaves_no_key() {
     let servers = servers(5).await;
     let nodes = nodes(&servers);
-    let red = client().red_lock_on(&nodes, NAME).unwrap();
+    // Leases of a minute: only the rollback clears the keys in time.
+    let red = long_lease_client().red_lock_on(&nodes, NAME).unwrap();
     for cut_us in [0u64, 50, 100, 200, 300, 500, 800, 1200, 2000] {
         let attempt = red.clone();
         let task = tokio::spawn(async move {
@@ -458,11 +493,13 @@ async fn cancelled_while_waiting_for_a_frozen_node_leaves_no_key() {
         .unwrap();
     servers[4].pause().await.unwrap();
     let acquire = tokio::spawn(async move { red.lock_with_lease(Duration::from_secs(60)).await });
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while keys_left(&servers[..4], NAME).await != vec![0, 1, 2, 3] {
-        assert!(Instant::now() < deadline, "the four live nodes grant");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_keys_left(
+        &servers[..4],
+        NAME,
+        &[0, 1, 2, 3],
+        "the four live nodes grant",
+    )
+    .await;
     assert!(!acquire.is_finished(), "still waiting for the frozen node");
     acquire.abort();
     assert!(acquire.await.unwrap_err().is_cancelled());
@@ -480,7 +517,7 @@ async fn lost_fires_below_quorum_only() {
     let guard = red.lock().await.unwrap();
     // A minority (2) deleted underneath: still held by 3 >= quorum.
     for s in &servers[..2] {
-        let mut conn = raw(s).await;
+        let mut conn = raw(&s.url()).await;
         redis::cmd("DEL")
             .arg(NAME)
             .query_async::<()>(&mut conn)
@@ -494,7 +531,7 @@ async fn lost_fires_below_quorum_only() {
         "a minority lost is not lost"
     );
     // One more: 2 < 3.
-    let mut conn = raw(&servers[2]).await;
+    let mut conn = raw(&servers[2].url()).await;
     redis::cmd("DEL")
         .arg(NAME)
         .query_async::<()>(&mut conn)
@@ -503,13 +540,20 @@ async fn lost_fires_below_quorum_only() {
     tokio::time::timeout(WATCHDOG * 3, guard.lost())
         .await
         .expect("lost() once below quorum");
+    // Told by renewals that found the lock gone, not by the fallback that
+    // fires once the last confirmed TTLs may have run out.
+    assert_eq!(
+        guard.valid_until(),
+        None,
+        "lost() fired because renewals found the lock gone on a majority"
+    );
     // Unlock releases what is left and reports that a quorum was not
     // released, naming the nodes where the lock was gone.
     match guard.unlock().await {
         Err(Error::NoQuorum(q)) => {
             assert_eq!((q.succeeded, q.required), (2, 3), "{q}");
             for s in &servers[..3] {
-                let addr = format!("127.0.0.1:{}", s.port());
+                let addr = addr(s);
                 let failure = q.failures.iter().find(|f| f.node == addr);
                 assert!(
                     matches!(
@@ -526,13 +570,19 @@ async fn lost_fires_below_quorum_only() {
 }
 
 /// Fencing tokens strictly increase over 1,000 acquisitions by several
-/// clients while a minority of nodes is killed and restarted empty.
+/// clients while a minority of nodes is killed and restarted empty. A
+/// worker whose assertion fails ends the run at once with its message, and
+/// a run that stalls fails at its deadline instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_through_restarts() {
+    const ACQUISITIONS: u64 = 1000;
+    /// Many times what the run takes on a loaded machine.
+    const DEADLINE: Duration = Duration::from_secs(180);
     let mut servers = servers(5).await;
     let nodes = nodes(&servers);
     let last = Arc::new(AtomicU64::new(0));
     let acquisitions = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..4 {
         let red = client()
@@ -541,9 +591,10 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             .with_fencing()
             .with_node_timeout(Duration::from_millis(200))
             .unwrap();
-        let (last, acquisitions) = (last.clone(), acquisitions.clone());
+        let (last, acquisitions, stop) = (last.clone(), acquisitions.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
-            while acquisitions.load(Ordering::SeqCst) < 1000 {
+            while !stop.load(Ordering::SeqCst) && acquisitions.load(Ordering::SeqCst) < ACQUISITIONS
+            {
                 let Ok(Some(guard)) = red
                     .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
                     .await
@@ -559,8 +610,13 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             }
         }));
     }
-    // Chaos: nodes 3 and 4 (a minority) are killed and restarted empty.
-    while acquisitions.load(Ordering::SeqCst) < 1000 {
+    // Chaos: nodes 3 and 4 (a minority) are killed and restarted empty,
+    // until the workers are done, one of them ended early, or the deadline.
+    let started = Instant::now();
+    while acquisitions.load(Ordering::SeqCst) < ACQUISITIONS
+        && !workers.iter().any(|w| w.is_finished())
+        && started.elapsed() < DEADLINE
+    {
         for i in [3, 4] {
             tokio::time::sleep(Duration::from_millis(150)).await;
             servers[i].kill().await.unwrap();
@@ -568,10 +624,22 @@ async fn fencing_tokens_strictly_increase_through_restarts() {
             servers[i].restart().await.unwrap();
         }
     }
-    for w in workers {
-        w.await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        // A worker ends within one bounded wait (2 s) and its unlock.
+        match tokio::time::timeout(Duration::from_secs(10), worker).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Ok(Err(err)) => panic!("worker: {err}"),
+            Err(_) => panic!("a worker did not stop within 10 s"),
+        }
     }
-    assert!(last.load(Ordering::SeqCst) >= 1000);
+    let done = acquisitions.load(Ordering::SeqCst);
+    assert!(
+        done >= ACQUISITIONS,
+        "only {done} acquisitions within {DEADLINE:?}"
+    );
+    assert!(last.load(Ordering::SeqCst) >= ACQUISITIONS);
 }
 
 /// The three lock types are interchangeable behind `DistributedLock`.
@@ -606,4 +674,137 @@ async fn the_three_lock_types_are_interchangeable() {
     for name in ["single", "multi", "red"] {
         assert!(keys_left(&servers, name).await.is_empty(), "{name}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+/// The same on every node of a RedLock.
+#[tokio::test]
+async fn a_short_reentry_does_not_cut_a_red_lock() {
+    let servers = servers(3).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    let red = client().red_lock_on(&nodes, "cut-red").unwrap();
+    let outer = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+    red.lock_with_lease(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rival = Client::new().red_lock_on(&nodes, "cut-red").unwrap();
+    assert!(
+        rival.try_lock().await.unwrap().is_none(),
+        "a second client got a majority within the outer lease"
+    );
+    for s in &servers {
+        assert!(pttl(&s.url(), "cut-red").await > 5_000);
+    }
+    outer.unlock().await.unwrap();
+}
+
+/// Node 1 of 3 has seen token 100 under another holder; our quorum is nodes
+/// 0 and 2. The token handed out must exceed 100.
+#[tokio::test]
+async fn a_fencing_token_exceeds_every_counter_reported() {
+    let servers = servers(3).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    let rival = Client::new()
+        .lock(&nodes[1], "fenced")
+        .unwrap()
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let _: () = run(
+        &servers[1].url(),
+        redis::cmd("SET")
+            .arg(protocol::token_key("fenced"))
+            .arg(100),
+    )
+    .await
+    .unwrap();
+    let red = client()
+        .red_lock_on(&nodes, "fenced")
+        .unwrap()
+        .with_fencing();
+    let guard = red
+        .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("nodes 0 and 2 are a majority");
+    let token = guard.fencing_token().unwrap();
+    assert!(
+        token > 100,
+        "token {token} is not above the 100 seen on node 1"
+    );
+    guard.unlock().await.unwrap();
+    drop(rival);
+}
+
+/// The chaos run's sequence, made deterministic: A is granted while nodes 1
+/// and 3 are down; they come back empty; node 4 dies (A's `lost()` fires)
+/// and comes back empty after longer than the watchdog timeout; B is granted
+/// on 1, 3 and 4. B's token must be above A's.
+#[tokio::test]
+async fn tokens_keep_increasing_when_restarted_nodes_form_the_next_quorum() {
+    let mut servers = servers(5).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    let watchdog = Duration::from_secs(3);
+    let a_red = client_with_watchdog(watchdog)
+        .red_lock_on(&nodes, "chaos")
+        .unwrap()
+        .with_fencing();
+    // Past tokens: the counters are well above 1 on every node.
+    for _ in 0..5 {
+        a_red.lock().await.unwrap().unlock().await.unwrap();
+    }
+    servers[1].kill().await.unwrap();
+    servers[3].kill().await.unwrap();
+    let a = tokio::time::timeout(Duration::from_secs(10), a_red.lock())
+        .await
+        .expect("nodes 0, 2 and 4 grant")
+        .unwrap();
+    let a_token = a.fencing_token().unwrap();
+    tokio::time::sleep(watchdog + Duration::from_millis(600)).await;
+    servers[1].restart().await.unwrap();
+    servers[3].restart().await.unwrap();
+    servers[4].kill().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), a.lost())
+        .await
+        .expect("A learns it is below quorum");
+    tokio::time::sleep(watchdog + Duration::from_millis(600)).await;
+    servers[4].restart().await.unwrap();
+    let b_red = client_with_watchdog(watchdog)
+        .red_lock_on(&nodes, "chaos")
+        .unwrap()
+        .with_fencing();
+    let b = b_red
+        .try_lock_for(Duration::from_secs(10), None)
+        .await
+        .unwrap()
+        .expect("nodes 1, 3 and 4 are free");
+    let b_token = b.fencing_token().unwrap();
+    assert!(
+        b_token > a_token,
+        "B's token {b_token} is not above A's {a_token}"
+    );
+    drop(a);
+    drop(b);
+}
+
+#[tokio::test]
+async fn a_red_lock_ends_its_wait_on_a_permanent_error() {
+    let servers = servers(3).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    for s in &servers {
+        let _: () = run(&s.url(), redis::cmd("SET").arg("typed").arg("a string"))
+            .await
+            .unwrap();
+    }
+    let red = client().red_lock_on(&nodes, "typed").unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), red.lock())
+        .await
+        .expect("lock() ended its wait");
+    assert!(outcome.is_err(), "{outcome:?}");
 }

@@ -1,11 +1,9 @@
 //! The wire contract: Redisson's data layout and messages, the two-command
 //! budget of an uncontended lock+unlock, and the scripts' hashes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt;
 use multilock::testkit::TestServer;
 use multilock::testkit::protocol::{self, scripts};
@@ -19,11 +17,13 @@ async fn layout_matches_redisson() {
     let client = client();
     let lock = client.lock(&node, "orders:42").unwrap();
 
-    let mut stream = Box::pin(subscribe_raw(&server, "redisson_lock__channel:{orders:42}").await);
+    let url = server.url();
+    // Redisson's channel, written out: the name is the contract.
+    let mut stream = Box::pin(subscribe_raw(&url, "redisson_lock__channel:{orders:42}").await);
 
     let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
     let _again = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&url).await;
     let fields: Vec<(String, i64)> = redis::cmd("HGETALL")
         .arg("orders:42")
         .query_async(&mut conn)
@@ -50,8 +50,17 @@ async fn layout_matches_redisson() {
     assert!(remaining > Duration::from_secs(18));
 
     drop(_again); // released in the background: count 2 -> 1, nothing published
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    eventually(
+        PATIENCE,
+        |count| format!("the dropped re-entry was not released: hold count {count}"),
+        || async {
+            match lock.hold_count().await.unwrap() {
+                1 => Ok(()),
+                count => Err(count),
+            }
+        },
+    )
+    .await;
     guard.unlock().await.unwrap();
 
     let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
@@ -63,7 +72,7 @@ async fn layout_matches_redisson() {
         "redisson_lock__channel:{orders:42}"
     );
     assert_eq!(message.get_payload::<String>().unwrap(), "0");
-    assert!(!exists(&server, "orders:42").await);
+    assert!(!exists(&url, "orders:42").await);
 }
 
 /// A name that carries its own hash tag keeps it: no extra braces.
@@ -73,7 +82,9 @@ async fn hash_tagged_names_keep_their_braces() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "{user:1}:cart").unwrap();
-    let mut stream = Box::pin(subscribe_raw(&server, "redisson_lock__channel:{user:1}:cart").await);
+    // Redisson's channel for a hash-tagged name, written out.
+    let mut stream =
+        Box::pin(subscribe_raw(&server.url(), "redisson_lock__channel:{user:1}:cart").await);
     lock.lock().await.unwrap().unlock().await.unwrap();
     let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await
@@ -90,7 +101,7 @@ async fn shares_a_lock_with_a_foreign_redisson_client() {
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "shared").unwrap();
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&server.url()).await;
     redis::cmd("HSET")
         .arg("shared")
         .arg("b9f8c4e2-java-client:1")
@@ -114,7 +125,7 @@ async fn shares_a_lock_with_a_foreign_redisson_client() {
                 .is_some()
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_listeners(&server.url(), "shared", 1).await;
     // The Java side unlocks: DEL + PUBLISH 0, as Redisson's unlock script does.
     redis::cmd("DEL")
         .arg("shared")
@@ -122,7 +133,7 @@ async fn shares_a_lock_with_a_foreign_redisson_client() {
         .await
         .unwrap();
     redis::cmd("PUBLISH")
-        .arg("redisson_lock__channel:{shared}")
+        .arg(protocol::channel("shared"))
         .arg("0")
         .query_async::<()>(&mut conn)
         .await
@@ -146,11 +157,11 @@ async fn lock_and_unlock_cost_two_script_calls() {
     // Warm up: connections made, scripts loaded.
     lock.lock().await.unwrap().unlock().await.unwrap();
 
-    let before = command_calls(&server).await;
+    let before = command_calls(&server.url()).await;
     for _ in 0..10 {
         lock.lock().await.unwrap().unlock().await.unwrap();
     }
-    let after = command_calls(&server).await;
+    let after = command_calls(&server.url()).await;
     let mut delta = delta(&before, &after);
     // Our own INFO call shows up once.
     delta.remove("info");
@@ -191,7 +202,7 @@ async fn an_unlock_retried_after_a_timeout_reports_the_first_result() {
     // Scripts loaded, so the counts below are the release's alone.
     lock.lock().await.unwrap().unlock().await.unwrap();
     let guard = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
-    let before = command_calls(&server).await;
+    let before = command_calls(&server.url()).await;
 
     server.pause().await.unwrap();
     let unlocking = tokio::spawn(guard.unlock());
@@ -205,8 +216,8 @@ async fn an_unlock_retried_after_a_timeout_reports_the_first_result() {
         outcome.is_ok(),
         "the retry reports the first release: {outcome:?}"
     );
-    assert!(!exists(&server, "retried").await);
-    let sent = delta(&before, &command_calls(&server).await);
+    assert!(!exists(&server.url(), "retried").await);
+    let sent = delta(&before, &command_calls(&server.url()).await);
     assert_eq!(sent.get("evalsha"), Some(&2), "sent twice: {sent:?}");
     assert_eq!(sent.get("del"), Some(&1), "applied once: {sent:?}");
 }
@@ -215,7 +226,7 @@ async fn an_unlock_retried_after_a_timeout_reports_the_first_result() {
 #[tokio::test]
 async fn script_hashes_match_script_load() {
     let server = server().await;
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&server.url()).await;
     for (name, source, hash) in scripts() {
         let loaded: String = redis::cmd("SCRIPT")
             .arg("LOAD")
@@ -236,16 +247,15 @@ async fn a_retried_release_returns_its_first_result() {
     let client = client();
     let lock = client.lock(&node, "latched").unwrap();
     let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
-    let field = format!("{}:{}", client.id(), guard.owner());
-    let mut conn = raw(&server).await;
-    let latch = protocol::unlock_latch("latched", "request-1");
+    let field = protocol::field(client.id(), guard.owner().as_str());
+    let mut conn = raw(&server.url()).await;
     let once = protocol::release("latched", &field, "request-1");
     let first: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
     let retried: Option<i64> = once.invoke_async(&mut conn).await.unwrap();
     assert_eq!(first, Some(1), "deleted");
     assert_eq!(retried, Some(1), "the retry sees the first result");
     let latch_ttl: i64 = redis::cmd("PTTL")
-        .arg(&latch)
+        .arg(protocol::unlock_latch("latched", "request-1"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -272,13 +282,14 @@ async fn single_node_fencing_tokens_follow_redisson() {
     let node = node(&server);
     let first = client().lock(&node, "fenced").unwrap().with_fencing();
     let second = client().lock(&node, "fenced").unwrap().with_fencing();
+    // Redisson's counter, written out: the name is part of the contract.
     let counter = || async {
-        let mut conn = raw(&server).await;
-        redis::cmd("GET")
-            .arg("redisson_lock_token:{fenced}")
-            .query_async::<u64>(&mut conn)
-            .await
-            .unwrap()
+        run::<u64>(
+            &server.url(),
+            redis::cmd("GET").arg("redisson_lock_token:{fenced}"),
+        )
+        .await
+        .unwrap()
     };
     let g1 = first.lock().await.unwrap();
     assert_eq!(g1.fencing_token(), Some(1));

@@ -1,20 +1,20 @@
 //! Waiting and cancellation: pub/sub wake-ups, bounded waits, and futures
 //! dropped at any point leaving nothing held.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use multilock::Client;
-use multilock::testkit::TestServer;
+use multilock::testkit::{TestServer, protocol};
 
+/// The holder holds for a minute: a waiter not woken by the unlock message
+/// would sleep out the holder's TTL, far past the bound below.
 #[tokio::test]
 async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
     let server = server().await;
     let node = node(&server);
     let lock = client().lock(&node, "handoff").unwrap();
-    let holder = lock.lock().await.unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let other = Client::new().lock(&node, "handoff").unwrap();
     let waiter = tokio::spawn(async move {
         let guard = other.lock().await.unwrap();
@@ -22,7 +22,8 @@ async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
         guard.unlock().await.unwrap();
         at
     });
-    // The holder keeps it past several renewal periods: the waiter waits.
+    wait_for_listeners(&server.url(), "handoff", 1).await;
+    // The holder keeps it a while: the subscribed waiter waits.
     tokio::time::sleep(WATCHDOG * 2).await;
     assert!(
         !waiter.is_finished(),
@@ -30,24 +31,27 @@ async fn a_waiter_gets_the_lock_promptly_after_release_and_not_before() {
     );
     let released = Instant::now();
     holder.unlock().await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let granted = tokio::time::timeout(PATIENCE, waiter)
         .await
-        .unwrap()
+        .expect("woken by the release, not by the holder's 60 s lease")
         .unwrap();
     let handoff = granted - released;
     assert!(
-        handoff < Duration::from_millis(500),
+        handoff < Duration::from_secs(3),
         "woken by pub/sub, not by the TTL: {handoff:?}"
     );
 }
 
+/// The holder holds for a minute and each waiter for 5 s: waiters not
+/// woken by the releases would sleep out those TTLs one after another,
+/// far past their 20 s wait.
 #[tokio::test]
 async fn many_waiters_all_get_their_turn() {
     let server = server().await;
     let node = node(&server);
     let client = client();
     let lock = client.lock(&node, "queue").unwrap();
-    let holder = lock.lock().await.unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let waiters: Vec<_> = (0..50)
         .map(|_| {
             let lock = lock.clone();
@@ -64,7 +68,7 @@ async fn many_waiters_all_get_their_turn() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_listeners(&server.url(), "queue", 1).await;
     holder.unlock().await.unwrap();
     for w in waiters {
         w.await.unwrap();
@@ -92,34 +96,53 @@ async fn try_lock_for_gives_up_after_its_wait() {
     holder.unlock().await.unwrap();
 }
 
-/// Cancel an acquire while it waits: nothing is held afterwards.
-#[tokio::test]
-async fn cancelled_while_waiting_leaves_nothing() {
-    let server = server().await;
-    let node = node(&server);
-    let holder = client()
-        .lock(&node, "cancel-wait")
-        .unwrap()
-        .lock()
-        .await
-        .unwrap();
-    let waiter_lock = Client::new().lock(&node, "cancel-wait").unwrap();
-    let waiting = tokio::spawn(async move { waiter_lock.lock().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    waiting.abort();
-    assert!(waiting.await.unwrap_err().is_cancelled());
-    holder.unlock().await.unwrap();
-    let third = Client::new().lock(&node, "cancel-wait").unwrap();
-    take_and_release(&third, Duration::ZERO, "the cancelled waiter holds nothing").await;
+/// Busy-waits `delay` on this thread: finer than the timer's millisecond,
+/// while the runtime's workers go on.
+fn spin_for(delay: Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < delay {
+        std::hint::spin_loop();
+    }
 }
 
-/// A client whose locks would outlive every bound of these tests if a
-/// cancelled acquire leaked one: only a rollback frees them in time.
-fn long_watchdog_client() -> Client {
-    Client::builder()
-        .watchdog_timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
+/// Cancel an acquire while it waits, where a grant can be in flight: the
+/// holder releases (its unlock message wakes the waiter) and the waiter is
+/// cut off 0 µs to 5 ms after the release: before it woke, while its
+/// acquire is on the wire, or just after the grant. The waiter's client
+/// leases for a minute, so a grant left behind would keep the third client
+/// out far longer than it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_while_waiting_leaves_nothing() {
+    let server = server().await;
+    let url = server.url();
+    let node = node(&server);
+    let holder = Client::new().lock(&node, "cancel-wait").unwrap();
+    let waiter_lock = long_lease_client().lock(&node, "cancel-wait").unwrap();
+    let third = Client::new().lock(&node, "cancel-wait").unwrap();
+    for sweep in 0..3 {
+        for cut_us in [
+            0u64, 10, 25, 50, 100, 150, 200, 300, 400, 600, 800, 1200, 2000, 5000,
+        ] {
+            let held = holder.lock_with_lease(LONG_LEASE).await.unwrap();
+            // The last round's subscriptions are gone: the next count of 1
+            // is this waiter's.
+            wait_for_listeners(&url, "cancel-wait", 0).await;
+            let attempt = waiter_lock.clone();
+            let waiting = tokio::spawn(async move {
+                let guard = attempt.lock().await.unwrap();
+                // Granted: park with the guard; abort drops it.
+                std::future::pending::<()>().await;
+                drop(guard);
+            });
+            wait_for_listeners(&url, "cancel-wait", 1).await;
+            held.unlock().await.unwrap();
+            spin_for(Duration::from_micros(cut_us));
+            waiting.abort();
+            assert!(waiting.await.unwrap_err().is_cancelled());
+            let why = format!("the waiter cut {cut_us} µs after the release (sweep {sweep})");
+            take_and_release(&third, PATIENCE, &why).await;
+        }
+    }
 }
 
 /// Cut acquires off at every point, including right after the grant: the
@@ -128,7 +151,7 @@ fn long_watchdog_client() -> Client {
 async fn cancelled_at_any_point_leaves_nothing() {
     let server = server().await;
     let node = node(&server);
-    let lock = long_watchdog_client().lock(&node, "cancel-grant").unwrap();
+    let lock = long_lease_client().lock(&node, "cancel-grant").unwrap();
     let other = Client::new().lock(&node, "cancel-grant").unwrap();
     for cut_after_us in [0u64, 20, 50, 100, 200, 300, 500, 800, 1200, 2000, 5000] {
         let attempt = lock.clone();
@@ -142,7 +165,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         task.abort();
         let _ = task.await;
         let why = format!("lock left held after a cut at {cut_after_us} us");
-        take_and_release(&other, Duration::from_secs(5), &why).await;
+        take_and_release(&other, PATIENCE, &why).await;
     }
     // Dropping the acquire future itself (not the task) mid-flight.
     for _ in 0..20 {
@@ -150,7 +173,7 @@ async fn cancelled_at_any_point_leaves_nothing() {
         let _ = tokio::time::timeout(Duration::from_micros(100), fut).await;
         take_and_release(
             &other,
-            Duration::from_secs(5),
+            PATIENCE,
             "the rollback released the abandoned grant",
         )
         .await;
@@ -164,40 +187,37 @@ async fn cancelled_at_any_point_leaves_nothing() {
 #[tokio::test]
 async fn an_acquire_dropped_at_a_frozen_server_is_rolled_back() {
     let mut server = server().await;
+    let url = server.url();
     let node = node(&server);
-    let lock = long_watchdog_client().lock(&node, "cancel-frozen").unwrap();
+    let lock = long_lease_client().lock(&node, "cancel-frozen").unwrap();
     let other = Client::new().lock(&node, "cancel-frozen").unwrap();
     // Warm: the connection exists, so the request really reaches the socket.
     take_and_release(&lock, Duration::ZERO, "free at first").await;
-    let before = command_calls(&server).await;
+    let before = command_calls(&url).await;
 
     server.pause().await.unwrap();
     let cut = tokio::time::timeout(Duration::from_millis(200), lock.lock()).await;
     assert!(cut.is_err(), "nothing can be granted by a frozen server");
     server.unpause().await.unwrap();
 
-    take_and_release(
-        &other,
-        Duration::from_secs(5),
-        "the late grant was rolled back",
-    )
-    .await;
-    let sent = delta(&before, &command_calls(&server).await);
+    take_and_release(&other, PATIENCE, "the late grant was rolled back").await;
+    let sent = delta(&before, &command_calls(&url).await);
     // The dropped acquire did reach the server (and was undone): two
     // scripts from it (acquire, rollback), two from `take_and_release`.
     assert!(sent.get("evalsha").copied().unwrap_or(0) >= 4, "{sent:?}");
 }
 
+/// The guard's lease is a minute: only its release frees the lock in time.
 #[tokio::test]
 async fn dropping_a_guard_releases_it() {
     let server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "dropped").unwrap();
+    let lock = long_lease_client().lock(&node, "dropped").unwrap();
     let other = Client::new().lock(&node, "dropped").unwrap();
     drop(lock.lock().await.unwrap());
     take_and_release(
         &other,
-        Duration::from_secs(5),
+        PATIENCE,
         "a dropped guard is released in the background",
     )
     .await;
@@ -208,13 +228,15 @@ async fn dropping_a_guard_releases_it() {
 #[tokio::test]
 async fn waiters_share_one_subscription_connection() {
     let server = server().await;
+    let url = server.url();
     let node = node(&server);
     let holder_client = client();
+    let names: Vec<String> = (0..20).map(|i| format!("shared:{i}")).collect();
     let mut holders = Vec::new();
-    for i in 0..20 {
+    for name in &names {
         holders.push(
             holder_client
-                .lock(&node, format!("shared:{i}"))
+                .lock(&node, name.as_str())
                 .unwrap()
                 .lock()
                 .await
@@ -224,9 +246,7 @@ async fn waiters_share_one_subscription_connection() {
     let waiter_client = Client::new();
     let waiters: Vec<_> = (0..200)
         .map(|i| {
-            let lock = waiter_client
-                .lock(&node, format!("shared:{}", i % 20))
-                .unwrap();
+            let lock = waiter_client.lock(&node, names[i % 20].as_str()).unwrap();
             tokio::spawn(async move {
                 let guard = lock
                     .try_lock_for(Duration::from_secs(30), None)
@@ -240,10 +260,10 @@ async fn waiters_share_one_subscription_connection() {
             })
         })
         .collect();
-    for i in 0..20 {
-        wait_for_listeners(&server, &format!("shared:{i}"), 1).await;
+    for name in &names {
+        wait_for_listeners(&url, name, 1).await;
     }
-    let mut conn = raw(&server).await;
+    let mut conn = raw(&url).await;
     let pubsub: String = redis::cmd("CLIENT")
         .arg("LIST")
         .arg("TYPE")
@@ -256,13 +276,15 @@ async fn waiters_share_one_subscription_connection() {
         1,
         "one subscription connection: {pubsub}"
     );
-    let channels: Vec<String> = redis::cmd("PUBSUB")
+    let mut channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
-        .arg("redisson_lock__channel:*")
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(channels.len(), 20);
+    channels.sort();
+    let mut expected: Vec<String> = names.iter().map(|n| protocol::channel(n)).collect();
+    expected.sort();
+    assert_eq!(channels, expected);
 
     for holder in holders {
         holder.unlock().await.unwrap();
@@ -270,21 +292,8 @@ async fn waiters_share_one_subscription_connection() {
     for waiter in waiters {
         waiter.await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("redisson_lock__channel:*")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if channels.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still subscribed after every waiter left: {channels:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every waiter left: every channel is unsubscribed.
+    for name in &names {
+        wait_for_listeners(&url, name, 0).await;
     }
 }

@@ -1,0 +1,304 @@
+//! The suite's toolbox: servers and clients to test with, raw looks at a
+//! server by its URL, and polls with a deadline (the kit's `poll_until`)
+//! for what the tests wait on instead of sleeping.
+//!
+//! Two clients, one per purpose: [`client`] renews every second, for tests
+//! about renewal; [`long_lease_client`] sets leases of a minute, for tests
+//! whose oracle waits (at most [`PATIENCE`]) for a key to disappear: such a
+//! key can only go in time through the mechanism under test, never by
+//! expiring on its own.
+
+mod monitor;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use multilock::testkit::{RedisProcess, TestServer, poll_until, protocol};
+use multilock::{Client, Node};
+
+pub use monitor::monitor;
+
+/// The watchdog timeout of [`client`]: renewals every third of it.
+pub const WATCHDOG: Duration = Duration::from_secs(1);
+
+/// The lease of [`long_lease_client`], and the lease of a holder whose
+/// waiters must be woken by pub/sub: a key with it outlives every oracle.
+pub const LONG_LEASE: Duration = Duration::from_secs(60);
+
+/// How long an oracle waits for a mechanism (a rollback, a background
+/// release, a wake-up) to show: generous on a loaded machine, and far below
+/// [`LONG_LEASE`], the time the key would need to expire on its own.
+pub const PATIENCE: Duration = Duration::from_secs(5);
+
+pub async fn server() -> RedisProcess {
+    RedisProcess::start().await.expect("start redis-server")
+}
+
+pub async fn servers(n: usize) -> Vec<RedisProcess> {
+    RedisProcess::start_many(n)
+        .await
+        .expect("start redis-servers")
+}
+
+/// A node at `url` with `timeout` for connecting and for each reply.
+pub fn node_at(url: &str, timeout: Duration) -> Node {
+    Node::builder(url)
+        .connect_timeout(timeout)
+        .response_timeout(timeout)
+        .build()
+        .unwrap()
+}
+
+/// The node of a test server, with 500 ms timeouts.
+pub fn node(server: &impl TestServer) -> Node {
+    node_at(&server.url(), Duration::from_millis(500))
+}
+
+/// `host:port` of a test server, as errors and guards name a node.
+pub fn addr(server: &impl TestServer) -> String {
+    server.url().trim_start_matches("redis://").to_owned()
+}
+
+pub fn client_with_watchdog(timeout: Duration) -> Client {
+    Client::builder().watchdog_timeout(timeout).build().unwrap()
+}
+
+/// Renews every third of [`WATCHDOG`]: for tests of renewal and `lost()`.
+pub fn client() -> Client {
+    client_with_watchdog(WATCHDOG)
+}
+
+/// Its watchdog sets [`LONG_LEASE`]: a hold it leaves behind outlives every
+/// oracle, so only a release or a rollback frees the lock in time.
+pub fn long_lease_client() -> Client {
+    client_with_watchdog(LONG_LEASE)
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A plain connection to `url`, for looking at the server directly.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|err| panic!("cannot connect to {url}: {err}"))
+}
+
+/// One command on a fresh connection to `url`, bounded by 2 s: a paused or
+/// partitioned server makes it fail instead of hang.
+pub async fn run<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let attempt = async {
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        cmd.query_async::<T>(&mut conn).await
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no reply within 2 s",
+            )))
+        })
+}
+
+pub async fn exists(url: &str, key: &str) -> bool {
+    run(url, redis::cmd("EXISTS").arg(key))
+        .await
+        .unwrap_or_else(|err| panic!("EXISTS {key} on {url}: {err}"))
+}
+
+/// Checks `check` every 20 ms until it yields a value, for at most
+/// `limit`; panics saying `what` (called with what `check` saw last)
+/// otherwise.
+pub async fn eventually<S, T, F, Fut>(
+    limit: Duration,
+    what: impl Fn(&S) -> String,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, S>>,
+{
+    let last: &RefCell<Option<S>> = &RefCell::new(None);
+    poll_until(
+        limit,
+        // Called only after a check failed: `last` is set.
+        || what(last.borrow().as_ref().expect("checked at least once")),
+        || {
+            let attempt = check();
+            async move {
+                match attempt.await {
+                    Ok(value) => Some(value),
+                    Err(seen) => {
+                        *last.borrow_mut() = Some(seen);
+                        None
+                    }
+                }
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// The PTTL of `key` on `url` (-2: no such key, -1: no expiry).
+pub async fn pttl(url: &str, key: &str) -> i64 {
+    run(url, redis::cmd("PTTL").arg(key)).await.unwrap()
+}
+
+/// Waits (at most `limit`) until `key` is gone from `url`.
+pub async fn wait_absent(url: &str, key: &str, limit: Duration, why: &str) {
+    eventually(
+        limit,
+        |_: &()| format!("{why}: {key} still on {url}"),
+        || async {
+            if exists(url, key).await {
+                Err(())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await
+}
+
+/// Waits (at most [`PATIENCE`]) until `count` connections listen on the
+/// unlock channel of lock `name` at `url`: a waiter has subscribed (all
+/// waiters of a node share one connection), or (0) every one has left.
+pub async fn wait_for_listeners(url: &str, name: &str, count: u64) {
+    let channel = protocol::channel(name);
+    let conn = raw(url).await;
+    eventually(
+        PATIENCE,
+        |seen| format!("{seen} listeners on {channel} at {url}, expected {count}"),
+        || async {
+            let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            if listeners == count {
+                Ok(())
+            } else {
+                Err(listeners)
+            }
+        },
+    )
+    .await
+}
+
+/// The Lua source and the SHA of the crate's script `name` (one of
+/// `protocol::scripts`), to recognize its calls on MONITOR.
+pub fn script(name: &str) -> (&'static str, String) {
+    protocol::scripts()
+        .into_iter()
+        .find(|(script, _, _)| *script == name)
+        .map(|(_, source, sha)| (source, sha))
+        .unwrap_or_else(|| panic!("no script {name}"))
+}
+
+/// `INFO commandstats` of `url` as command -> calls.
+pub async fn command_calls(url: &str) -> HashMap<String, u64> {
+    let info: String = run(url, redis::cmd("INFO").arg("commandstats"))
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Calls per command between two snapshots, nonzero only.
+pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> HashMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+/// Read, sleep, write: an increment that loses updates if two holders
+/// ever overlap. The counter the contention tests guard with a lock.
+async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
+    let value: Option<u64> = redis::cmd("GET")
+        .arg("counter")
+        .query_async(conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    redis::cmd("SET")
+        .arg("counter")
+        .arg(value.unwrap_or(0) + 1)
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+/// A task that, `rounds` times, takes `lock` (with `lease`, or under the
+/// watchdog), bumps the counter on `counter_url` unsafely, and releases.
+pub fn spawn_counter_task<L: multilock::DistributedLock>(
+    lock: L,
+    counter_url: String,
+    rounds: usize,
+    lease: Option<Duration>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut conn = raw(&counter_url).await;
+        for _ in 0..rounds {
+            let guard = match lease {
+                Some(lease) => lock.lock_with_lease(lease).await,
+                None => lock.lock().await,
+            }
+            .unwrap();
+            increment_unsafely(&mut conn).await;
+            guard.unlock().await.unwrap();
+        }
+    })
+}
+
+/// The counter [`spawn_counter_task`] bumps.
+pub async fn counter(url: &str) -> u64 {
+    run(url, redis::cmd("GET").arg("counter")).await.unwrap()
+}
+
+/// A raw subscription to `channel`, as a Java client's would be.
+pub async fn subscribe_raw(
+    url: &str,
+    channel: &str,
+) -> impl futures::Stream<Item = redis::Msg> + use<> {
+    let mut pubsub = redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    pubsub.into_on_message()
+}
+
+/// Takes `lock` within `wait` (with a short lease) and releases it: proof
+/// that nobody else holds it any more. Panics with `why` otherwise.
+pub async fn take_and_release<L: multilock::DistributedLock>(lock: &L, wait: Duration, why: &str) {
+    lock.try_lock_for(wait, Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("not free within {wait:?}: {why}"))
+        .unlock()
+        .await
+        .unwrap();
+}

@@ -1,0 +1,16 @@
+//! The integration tests, as one binary: real Redis servers (processes from
+//! the test kit, and containers for the failover suite), one file per
+//! concern, and one toolbox (`common`) that the whole suite shares, so a
+//! helper nobody uses is a warning.
+
+mod common;
+
+mod auth;
+mod errors;
+mod failover;
+mod node_failure;
+mod redlock;
+mod reentrancy;
+mod waiting;
+mod watchdog;
+mod wire;

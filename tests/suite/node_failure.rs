@@ -1,0 +1,487 @@
+//! A node that goes down gives typed errors, and works again, waiting via
+//! pub/sub included, once it is back.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use multilock::testkit::{RedisProcess, TcpProxy, TestServer, poll_until, protocol};
+use multilock::{Client, Node};
+
+#[tokio::test]
+async fn down_then_back() {
+    let mut server = server().await;
+    let node = node(&server);
+    let client = client();
+    let lock = client.lock(&node, "phoenix").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+
+    server.kill().await.unwrap();
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(err.is_node_unavailable(), "{err:?}");
+    let err = lock.is_locked().await.unwrap_err();
+    assert!(err.is_node_unavailable(), "{err:?}");
+
+    server.restart().await.unwrap();
+    // The pool drops broken connections and makes new ones. A long lease:
+    // a waiter not woken by pub/sub would wait for all of it.
+    let guard = eventually(
+        PATIENCE,
+        |err| format!("still failing after restart: {err}"),
+        || async {
+            match lock.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await {
+                Ok(Some(guard)) => Ok(guard),
+                Ok(None) => panic!("nobody else holds it"),
+                Err(err) => {
+                    assert!(err.is_node_unavailable(), "{err:?}");
+                    Err(err)
+                }
+            }
+        },
+    )
+    .await;
+
+    // Waiting via pub/sub works on the new server: the shared subscription
+    // reconnected and subscribes again.
+    let other = Client::new().lock(&node, "phoenix").unwrap();
+    let waiter = tokio::spawn(async move {
+        let got = other.lock().await.unwrap();
+        let at = Instant::now();
+        got.unlock().await.unwrap();
+        at
+    });
+    wait_for_listeners(&server.url(), "phoenix", 1).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        granted - released < Duration::from_secs(3),
+        "woken by pub/sub after the restart, not the 60 s lease: {:?}",
+        granted - released
+    );
+}
+
+/// The shared subscription connection is lost while waiters wait (killed
+/// server-side): they are woken to re-check, keep waiting, the subscription
+/// comes back by itself, and the next release wakes them promptly.
+#[tokio::test]
+async fn waiters_survive_a_lost_subscription() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "survivor").unwrap();
+    let holder = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    let other = Client::new().lock(&node, "survivor").unwrap();
+    let waiter = tokio::spawn(async move {
+        let got = other
+            .try_lock_for(Duration::from_secs(20), Some(Duration::from_secs(5)))
+            .await;
+        (Instant::now(), got)
+    });
+    wait_for_listeners(&server.url(), "survivor", 1).await;
+    let mut conn = raw(&server.url()).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1, "one subscription connection for the node");
+    // Resubscribed within its backoff.
+    wait_for_listeners(&server.url(), "survivor", 1).await;
+    assert!(!waiter.is_finished(), "the waiter still waits");
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let (granted, got) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    got.unwrap().expect("granted").unlock().await.unwrap();
+    assert!(
+        granted - released < Duration::from_secs(3),
+        "woken by pub/sub, not the 60 s lease: {:?}",
+        granted - released
+    );
+}
+
+/// A waiter whose node restarts gets a typed error or the lock: never a hang.
+#[tokio::test]
+async fn waiters_through_a_restart_end_promptly() {
+    let mut server = server().await;
+    let node = node(&server);
+    let holder = client()
+        .lock(&node, "restarted")
+        .unwrap()
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let other = Client::new().lock(&node, "restarted").unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .try_lock_for(Duration::from_secs(60), Some(Duration::from_secs(5)))
+            .await
+    });
+    wait_for_listeners(&server.url(), "restarted", 1).await;
+    server.restart().await.unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("no hang")
+        .unwrap();
+    match outcome {
+        Ok(Some(guard)) => guard.unlock().await.unwrap(),
+        Err(err) => assert!(err.is_node_unavailable(), "{err:?}"),
+        Ok(None) => panic!("the wait was not over"),
+    }
+    drop(holder);
+}
+
+/// The acquire that timed out at the frozen node leases for a minute once
+/// the node applies it: only its rollback frees the lock in time.
+#[tokio::test]
+async fn paused_node_times_out_and_recovers() {
+    let mut server = server().await;
+    let node = node(&server); // 500 ms response timeout
+    let lock = long_lease_client().lock(&node, "frozen").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    server.pause().await.unwrap();
+    let started = Instant::now();
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(err.is_node_unavailable(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server.unpause().await.unwrap();
+    // The timed-out acquire is applied once the node resumed; it is rolled
+    // back on its own connection, so the lock ends up free.
+    let other = Client::new().lock(&node, "frozen").unwrap();
+    take_and_release(&other, PATIENCE, "free after the rollback").await;
+    assert!(!exists(&server.url(), "frozen").await);
+}
+
+// ---------------------------------------------------------------------------
+// Regressions of defects an audit reproduced: each failed before its fix.
+
+/// A server that accepts `DEBUG SLEEP` (Redis 7 refuses DEBUG by default).
+async fn debuggable_server() -> RedisProcess {
+    RedisProcess::start_with_args(|_| vec!["--enable-debug-command".into(), "yes".into()])
+        .await
+        .unwrap()
+}
+
+/// Freezes `server` for `seconds` from another connection; returns once the
+/// server is asleep (a PING on a third connection no longer answers).
+async fn debug_sleep(server: &RedisProcess, seconds: f64) -> tokio::task::JoinHandle<()> {
+    // No response timeout: the reply comes when the sleep ends.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let sleeper = tokio::spawn(async move {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(seconds)
+            .query_async::<()>(&mut admin)
+            .await
+            .expect("DEBUG SLEEP");
+    });
+    let probe = multilock::testkit::PollLimit::new(Duration::from_secs(5));
+    loop {
+        let ping = async {
+            let mut conn = raw(&server.url()).await;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        if tokio::time::timeout(Duration::from_millis(100), ping)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        probe
+            .tick(|| "the server never fell asleep".into())
+            .await
+            .unwrap();
+    }
+    sleeper
+}
+
+/// A foreign (Redisson-style) hold of `key` for 30 s.
+async fn foreign_hold(server: &RedisProcess, key: &str) {
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key)
+        .arg("b9f8c4e2-java-client:1")
+        .arg(1)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(key)
+        .arg(30_000)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// Its release, as Redisson's unlock does it: DEL and PUBLISH.
+async fn foreign_release(server: &RedisProcess, key: &str) {
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(key)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(protocol::channel(key))
+        .arg("0")
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The ids of the pub/sub clients subscribed to `key`'s channel.
+async fn subscriber_ids(server: &RedisProcess) -> Vec<String> {
+    let list: String = run(
+        &server.url(),
+        redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub"),
+    )
+    .await
+    .unwrap();
+    list.lines()
+        .filter_map(|line| line.split(' ').find_map(|kv| kv.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The re-entrant acquire is sent while the server sleeps with an empty
+/// script cache: it times out and is never applied (NOSCRIPT). Its rollback
+/// must not lower the outer hold.
+#[tokio::test]
+async fn the_rollback_of_an_unapplied_reentry_spares_the_outer_hold() {
+    let server = debuggable_server().await;
+    let node = node(&server); // 500 ms response timeout
+    let lock = client().lock(&node, "reentry").unwrap();
+    let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let _: () = run(&server.url(), redis::cmd("SCRIPT").arg("FLUSH"))
+        .await
+        .unwrap();
+    let sleeper = debug_sleep(&server, 1.5).await;
+    let err = lock
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert!(err.is_node_unavailable(), "{err}");
+    sleeper.await.unwrap();
+    // Whatever the rollback does, it does within a few seconds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        exists(&server.url(), "reentry").await,
+        "the outer hold is gone"
+    );
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "the outer hold only");
+    let rival = Client::new().lock(&node, "reentry").unwrap();
+    assert!(rival.try_lock().await.unwrap().is_none());
+    outer.unlock().await.unwrap();
+    assert!(!exists(&server.url(), "reentry").await);
+}
+
+/// A release that timed out on a server that never ran the release script
+/// (a cold script cache) is applied once the server answers.
+#[tokio::test]
+async fn a_timed_out_release_on_a_cold_script_cache_is_applied() {
+    let server = debuggable_server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "cold").unwrap();
+    let guard = lock.lock_with_lease(Duration::from_secs(30)).await.unwrap();
+    let _: () = run(&server.url(), redis::cmd("SCRIPT").arg("FLUSH"))
+        .await
+        .unwrap();
+    let sleeper = debug_sleep(&server, 1.5).await;
+    let _ = guard.unlock().await;
+    sleeper.await.unwrap();
+    poll_until(
+        Duration::from_secs(5),
+        || "the release was lost: the key lives for its 30 s lease".into(),
+        || async { (!exists(&server.url(), "cold").await).then_some(()) },
+    )
+    .await
+    .unwrap();
+}
+
+/// The subscription connection is lost while a waiter waits, and the lock
+/// is released before it comes back (the server refuses new connections
+/// meanwhile): the unlock message reached nobody. When the subscription is
+/// confirmed again the waiter re-checks, instead of sleeping out the
+/// holder's 30 s TTL.
+#[tokio::test]
+async fn waiters_recheck_when_their_subscription_comes_back() {
+    let server = server().await;
+    let node = node(&server);
+    foreign_hold(&server, "resubscribed").await;
+    let lock = client().lock(&node, "resubscribed").unwrap();
+    let waiter = tokio::spawn(async move {
+        lock.try_lock_for(Duration::from_secs(25), Some(Duration::from_secs(5)))
+            .await
+    });
+    wait_for_listeners(&server.url(), "resubscribed", 1).await;
+    let mut admin = raw(&server.url()).await;
+    let clients: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let connected: u64 = clients
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let script_calls = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+            .and_then(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+            .map_or(0, |calls| calls.parse().unwrap())
+    };
+    let info = |conn: redis::aio::MultiplexedConnection| async move {
+        redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async::<String>(&mut conn.clone())
+            .await
+            .unwrap()
+    };
+    let attempts_before = script_calls(info(admin.clone()).await);
+    // The subscription goes, and no new connection comes in its place.
+    let _: () = redis::pipe()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(connected - 1)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // The disconnection woke the waiter, which checked again (still held)
+    // and went back to waiting: only then is the lock released.
+    poll_until(
+        Duration::from_secs(5),
+        || "the waiter never checked again after the disconnection".into(),
+        || async { (script_calls(info(admin.clone()).await) > attempts_before).then_some(()) },
+    )
+    .await
+    .unwrap();
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg("resubscribed")
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(protocol::channel("resubscribed"))
+        .arg("0")
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if waiter.is_finished() {
+        panic!("nobody told the waiter yet: {:?}", waiter.await);
+    }
+    let restored = Instant::now();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(10_000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is not sleeping out the 30 s TTL")
+        .unwrap()
+        .unwrap();
+    assert!(granted.is_some());
+    assert!(
+        restored.elapsed() < Duration::from_secs(5),
+        "woken by the new subscription: {:?}",
+        restored.elapsed()
+    );
+}
+
+/// A NAT drops the idle connections without telling anyone: the keepalive
+/// PING finds the subscription dead, the connection is rebuilt, and a
+/// release published afterwards wakes the waiter (which, like any caller of
+/// a single-node lock, retries the node errors of its own dropped command
+/// connection).
+#[tokio::test]
+async fn a_silently_dropped_subscription_is_noticed() {
+    let server = server().await;
+    let proxy = TcpProxy::start(server.port()).await.unwrap();
+    let node = Node::builder(proxy.url())
+        .response_timeout(Duration::from_millis(500))
+        .keepalive(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    foreign_hold(&server, "nat").await;
+    let lock = client().lock(&node, "nat").unwrap();
+    let waiter = tokio::spawn(async move {
+        loop {
+            match lock
+                .try_lock_for(Duration::from_secs(25), Some(Duration::from_secs(5)))
+                .await
+            {
+                Err(err) if err.is_node_unavailable() => continue,
+                outcome => break outcome,
+            }
+        }
+    });
+    wait_for_listeners(&server.url(), "nat", 1).await;
+    let before = subscriber_ids(&server).await;
+    proxy.drop_connections();
+    poll_until(
+        Duration::from_secs(10),
+        || "the dropped subscription was never rebuilt".into(),
+        || async {
+            let now = subscriber_ids(&server).await;
+            (now.len() == 1 && now != before).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    wait_for_listeners(&server.url(), "nat", 1).await;
+    let released = Instant::now();
+    foreign_release(&server, "nat").await;
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken by pub/sub, not the 30 s TTL")
+        .unwrap()
+        .unwrap();
+    assert!(granted.is_some());
+    assert!(released.elapsed() < Duration::from_secs(5));
+}
+
+/// A black-holed node (no RST, nothing answers): a bounded wait ends near
+/// its bound, not after the connect and reply timeouts (3 s each here).
+#[tokio::test]
+async fn a_bounded_wait_ends_by_its_deadline_on_a_black_holed_node() {
+    let server = server().await;
+    let proxy = TcpProxy::start(server.port()).await.unwrap();
+    let node = Node::new(&proxy.url()).unwrap(); // 3 s timeouts
+    let lock = client().lock(&node, "black-hole").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    proxy.black_hole();
+    let started = Instant::now();
+    let outcome = lock
+        .try_lock_for(Duration::from_millis(300), Some(Duration::from_secs(5)))
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(&outcome, Err(e) if e.is_node_unavailable()),
+        "{outcome:?}"
+    );
+    assert!(took < Duration::from_millis(1_500), "took {took:?}");
+}
