@@ -73,6 +73,11 @@ pub enum Unavailable {
     /// The connection broke while the request was under way: it may or may
     /// not have been applied.
     Disconnected,
+    /// Not sent: a recent request to the node timed out or was refused, and
+    /// it has not answered a probe since (see [`Node::health`]).
+    ///
+    /// [`Node::health`]: crate::Node::health
+    Suspect,
 }
 
 /// A multi-node operation that fell short of its quorum.
@@ -87,7 +92,11 @@ pub struct QuorumError {
     pub required: usize,
     /// Nodes of the lock.
     pub nodes: usize,
-    /// Every node that did not, and why.
+    /// The nodes that granted (or released, or extended).
+    pub succeeded_on: Vec<String>,
+    /// Every other node of the lock, and why: its answer, its error, or
+    /// [`FailureCause::NoAnswer`] when it had not answered when the round
+    /// ended.
     pub failures: Vec<NodeFailure>,
 }
 
@@ -109,6 +118,10 @@ pub enum FailureCause {
     Taken(Option<Duration>),
     /// The request there failed.
     Failed(Error),
+    /// No answer yet when the operation ended (it had its quorum, or could
+    /// no longer reach it): the request may still be applied there, and is
+    /// then undone or adopted.
+    NoAnswer,
 }
 
 impl Error {
@@ -190,6 +203,9 @@ impl fmt::Display for Error {
                     Unavailable::Refused => "connection refused or failed",
                     Unavailable::Timeout => "timed out",
                     Unavailable::Disconnected => "connection lost",
+                    Unavailable::Suspect => {
+                        "suspect (a recent request timed out or was refused); not sent"
+                    }
                 };
                 write!(f, "node {node} unavailable: {why}")
             }
@@ -224,17 +240,26 @@ impl fmt::Display for QuorumError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lock {:?}: {} of {} required nodes",
-            self.lock, self.succeeded, self.required
+            "lock {:?}: {} of {} required nodes (of {})",
+            self.lock, self.succeeded, self.required, self.nodes
         )?;
-        let taken: Vec<&str> = self
-            .failures
-            .iter()
-            .filter(|n| matches!(n.cause, FailureCause::Taken(_)))
-            .map(|n| n.node.as_str())
-            .collect();
+        let list = |cause: fn(&FailureCause) -> bool| -> Vec<&str> {
+            self.failures
+                .iter()
+                .filter(|n| cause(&n.cause))
+                .map(|n| n.node.as_str())
+                .collect()
+        };
+        if !self.succeeded_on.is_empty() {
+            write!(f, "; succeeded on [{}]", self.succeeded_on.join(", "))?;
+        }
+        let taken = list(|c| matches!(c, FailureCause::Taken(_)));
         if !taken.is_empty() {
             write!(f, "; taken on [{}]", taken.join(", "))?;
+        }
+        let silent = list(|c| matches!(c, FailureCause::NoAnswer));
+        if !silent.is_empty() {
+            write!(f, "; no answer yet from [{}]", silent.join(", "))?;
         }
         for n in &self.failures {
             if let FailureCause::Failed(e) = &n.cause {

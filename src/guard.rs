@@ -1,16 +1,18 @@
 //! Proof of holding: the [`Guard`] every lock type returns, made of one
-//! [`HeldPart`] per node that granted.
+//! [`HeldPart`] per node that granted. A multi-node guard also adopts the
+//! grants its round received after it returned ([`LateParts`]).
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
+use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::owner::Owner;
-use crate::single::HeldPart;
+use crate::single::{HeldPart, PartView};
 use crate::timing;
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
@@ -36,38 +38,67 @@ use crate::timing;
 #[must_use = "dropping a Guard releases the lock at once"]
 pub struct Guard {
     owner: Owner,
+    name: String,
     parts: Vec<HeldPart>,
+    /// Grants of this guard's round that arrived after it was made.
+    late: Option<Arc<Mutex<LateParts>>>,
     shape: Shape,
     token: Option<u64>,
 }
 
 /// What kind of lock a guard holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Shape {
     /// A single-node [`Lock`](crate::Lock): errors are its node's own.
     Single,
-    /// A multi-node lock of `nodes` parts, held while `required` of them
-    /// are; each node's request gets `node_timeout`.
+    /// A multi-node lock held while `required` of its `nodes` (addresses,
+    /// in the lock's order) are; each node's request gets `node_timeout`.
     Quorum {
-        nodes: usize,
+        nodes: Vec<String>,
         required: usize,
         node_timeout: Duration,
     },
 }
 
 impl Shape {
-    fn required(self) -> usize {
+    fn required(&self) -> usize {
         match self {
             Shape::Single => 1,
-            Shape::Quorum { required, .. } => required,
+            Shape::Quorum { required, .. } => *required,
+        }
+    }
+}
+
+/// Grants a multi-node round received after it had its quorum and returned
+/// (a node slower than the others): adopted by the guard, renewed and
+/// released with it. Once the guard is released (`closed`), a grant that
+/// still arrives is released at once.
+#[derive(Default)]
+pub(crate) struct LateParts {
+    closed: bool,
+    parts: Vec<HeldPart>,
+}
+
+impl LateParts {
+    /// Adopts `part`, or releases it if the guard is gone.
+    pub(crate) fn adopt(late: &Mutex<LateParts>, part: HeldPart) {
+        let mut late = late.lock().unwrap();
+        if late.closed {
+            drop(late);
+            tracing::debug!(node = %part.node_addr(), "a late grant for a released guard: rolled back");
+            // Dropping an unreleased part releases it in the background.
+            drop(part);
+        } else {
+            tracing::debug!(node = %part.node_addr(), "a late grant adopted by its guard");
+            late.parts.push(part);
         }
     }
 
-    fn nodes(self) -> usize {
-        match self {
-            Shape::Single => 1,
-            Shape::Quorum { nodes, .. } => nodes,
-        }
+    /// Closes the list and takes what it holds.
+    pub(crate) fn close(late: &Mutex<LateParts>) -> Vec<HeldPart> {
+        let mut late = late.lock().unwrap();
+        late.closed = true;
+        std::mem::take(&mut late.parts)
     }
 }
 
@@ -75,39 +106,61 @@ impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
         Guard {
-            token: part.token,
+            name: part.lock.name().to_owned(),
+            token: part.token(),
             owner,
             parts: vec![part],
+            late: None,
             shape: Shape::Single,
         }
     }
 
-    /// The guard of a multi-node hold: `parts` are the nodes that granted,
-    /// `shape` says how many must stay held.
+    /// The guard of a multi-node hold: `parts` are the nodes that granted in
+    /// time, `late` receives the grants that come after, `shape` says how
+    /// many must stay held.
     pub(crate) fn quorum(
         owner: Owner,
         parts: Vec<HeldPart>,
+        late: Arc<Mutex<LateParts>>,
         shape: Shape,
         token: Option<u64>,
     ) -> Guard {
         Guard {
             owner,
+            name: parts
+                .first()
+                .map(|p| p.lock.name().to_owned())
+                .unwrap_or_default(),
             parts,
+            late: Some(late),
             shape,
             token,
         }
     }
 
+    /// Every part held now, the adopted late ones included.
+    fn views(&self) -> Vec<PartView> {
+        let mut views: Vec<PartView> = self.parts.iter().filter_map(HeldPart::view).collect();
+        if let Some(late) = &self.late {
+            views.extend(late.lock().unwrap().parts.iter().filter_map(HeldPart::view));
+        }
+        views
+    }
+
     /// Releases the lock.
     ///
     /// Renewal stops before anything is sent, so no renewal outlives the
-    /// unlock. A multi-node lock releases every node concurrently and
-    /// succeeds when a quorum of them released. A part already known to be
-    /// over (a renewal found it gone, a later fresh grant of the same owner
-    /// proved it over, or the key's TTL has surely run out) sends nothing
-    /// and counts as [`Error::NotHeld`]: releasing its field could lower a
-    /// later hold of the same owner. The key's TTL is what the key really
-    /// holds: a re-entry that extended it extends this guard too.
+    /// unlock. A part already known to be over (a renewal found it gone, a
+    /// later fresh grant of the same owner proved it over, or the key's TTL
+    /// has surely run out) sends nothing and counts as [`Error::NotHeld`]:
+    /// releasing its field could lower a later hold of the same owner. The
+    /// key's TTL is what the key really holds: a re-entry that extended it
+    /// extends this guard too.
+    ///
+    /// A multi-node lock releases every node at once and returns as soon as
+    /// a quorum of them confirmed; the others finish in the background
+    /// (bounded: a release that gets no answer is retried on its connection
+    /// for at most a minute, then the key ends with its lease).
     ///
     /// # Examples
     ///
@@ -124,54 +177,98 @@ impl Guard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the lock expired or was taken from this owner;
-    /// [`Error::NodeUnavailable`] when the node could not be reached (a
-    /// retried release is idempotent: it returns the first result); for a
-    /// multi-node lock, [`Error::NoQuorum`] naming each node that failed.
+    /// [`Error::NotHeld`] when the lock expired or was taken from this owner
+    /// (for a multi-node lock: on so many nodes that a quorum can no longer
+    /// release it); [`Error::NodeUnavailable`] when the node could not be
+    /// reached (a retried release is idempotent: it returns the first
+    /// result); for a multi-node lock, [`Error::NoQuorum`] when node
+    /// failures kept a quorum from confirming, naming every node and what it
+    /// answered (or that it had not answered yet).
     ///
     /// # Cancel safety
     ///
     /// Dropping the returned future does not leave the lock held: the
-    /// release goes on in the background.
+    /// releases go on in the background.
     pub async fn unlock(mut self) -> Result<()> {
         let mut parts = std::mem::take(&mut self.parts);
-        // A single-node lock reports its node's error as it is.
-        if self.shape == Shape::Single
-            && let Some(part) = parts.pop()
-        {
-            return part.release().await.map(drop);
+        if let Some(late) = self.late.take() {
+            parts.extend(LateParts::close(&late));
         }
-        let name = parts
-            .first()
-            .map(|p| p.lock.name().to_owned())
-            .unwrap_or_default();
-        let releases = parts.into_iter().map(|part| {
-            let node = part.node_addr().to_owned();
-            part.release().map(move |result| (node, result))
-        });
-        let results = futures::future::join_all(releases).await;
+        let (nodes, required) = match &self.shape {
+            // A single-node lock reports its node's error as it is.
+            Shape::Single => {
+                return match parts.pop() {
+                    Some(part) => part.release().await.map(drop),
+                    None => Err(Error::invalid("the guard holds nothing")),
+                };
+            }
+            Shape::Quorum {
+                nodes, required, ..
+            } => (nodes.clone(), *required),
+        };
+        let mut held_on: Vec<String> = parts.iter().map(|p| p.node_addr().to_owned()).collect();
+        let mut releases: FuturesUnordered<_> = parts
+            .into_iter()
+            .map(|part| {
+                let node = part.node_addr().to_owned();
+                part.release().map(move |result| (node, result))
+            })
+            .collect();
+        let mut released = Vec::new();
         let mut failures = Vec::new();
-        let mut released = 0;
-        for (node, result) in results {
+        while let Some((node, result)) = releases.next().await {
+            held_on.retain(|n| *n != node);
             match result {
-                Ok(_) => released += 1,
+                Ok(_) => released.push(node),
                 Err(err) => failures.push(NodeFailure {
                     node,
                     cause: FailureCause::Failed(err),
                 }),
             }
+            if released.len() >= required {
+                // The rest finish in the background (`FinishOnDrop`).
+                return Ok(());
+            }
         }
-        if released >= self.shape.required() {
-            Ok(())
-        } else {
-            Err(Error::NoQuorum(QuorumError {
-                lock: name,
-                succeeded: released,
-                required: self.shape.required(),
-                nodes: self.shape.nodes(),
-                failures,
-            }))
+        if released.len() >= required {
+            return Ok(());
         }
+        // Nodes this guard never held count as not held there.
+        for node in &nodes {
+            let accounted = released.contains(node)
+                || failures.iter().any(|f| f.node == *node)
+                || held_on.contains(node);
+            if !accounted {
+                failures.push(NodeFailure {
+                    node: node.clone(),
+                    cause: FailureCause::Failed(Error::NotHeld {
+                        lock: self.name.clone(),
+                        node: node.clone(),
+                    }),
+                });
+            }
+        }
+        let not_held: Vec<&str> = failures
+            .iter()
+            .filter(|f| matches!(f.cause, FailureCause::Failed(Error::NotHeld { .. })))
+            .map(|f| f.node.as_str())
+            .collect();
+        if not_held.len() > nodes.len() - required {
+            // Over on too many nodes for a quorum to release: not held,
+            // as a single-node lock would say.
+            return Err(Error::NotHeld {
+                lock: self.name.clone(),
+                node: not_held.join(", "),
+            });
+        }
+        Err(Error::NoQuorum(QuorumError {
+            lock: self.name.clone(),
+            succeeded: released.len(),
+            required,
+            nodes: nodes.len(),
+            succeeded_on: released,
+            failures,
+        }))
     }
 
     /// Extends a guard taken with a fixed lease to at least `lease` from
@@ -208,15 +305,16 @@ impl Guard {
     /// Dropping the future may leave some nodes extended and others not: the
     /// guard then reports the validity it had, which the keys outlast.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        if self.parts.iter().any(|p| !p.has_lease()) {
+        let views = self.views();
+        if views.iter().any(|p| !p.has_lease()) {
             return Err(Error::invalid(
                 "extend() is for guards with a fixed lease; the watchdog renews this one",
             ));
         }
-        let (node_timeout, required) = match self.shape {
+        let (node_timeout, required, nodes) = match &self.shape {
             Shape::Single => {
                 timing::check_lease(lease)?;
-                let Some(part) = self.parts.first() else {
+                let Some(part) = views.first() else {
                     return Err(Error::invalid("the guard holds nothing"));
                 };
                 return part.extend(lease).await.map(drop);
@@ -224,17 +322,17 @@ impl Guard {
             Shape::Quorum {
                 node_timeout,
                 required,
-                ..
-            } => (node_timeout.min(lease / 10), required),
+                nodes,
+            } => ((*node_timeout).min(lease / 10), *required, nodes.len()),
         };
         timing::check_quorum_lease(lease)?;
         let started = Instant::now();
-        let results = futures::future::join_all(self.parts.iter().map(|part| async move {
+        let results = futures::future::join_all(views.iter().map(|part| async move {
             let extended = tokio::time::timeout(node_timeout, part.extend(lease)).await;
             let outcome = extended.unwrap_or_else(|_| {
                 Err(Error::NodeUnavailable {
                     node: part.node_addr().to_owned(),
-                    reason: crate::Unavailable::Timeout,
+                    reason: Unavailable::Timeout,
                     source: None,
                 })
             });
@@ -242,34 +340,42 @@ impl Guard {
         }))
         .await;
         let elapsed = started.elapsed();
-        let mut extended = 0;
+        let mut extended = Vec::new();
         let mut failures = Vec::new();
         for (node, outcome) in results {
             match outcome {
-                Ok(_) => extended += 1,
+                Ok(_) => extended.push(node),
                 Err(err) => failures.push(NodeFailure {
                     node,
                     cause: FailureCause::Failed(err),
                 }),
             }
         }
-        if extended >= required && timing::validity(lease, elapsed).is_some() {
+        if extended.len() >= required && timing::validity(lease, elapsed).is_some() {
             return Ok(());
         }
         Err(Error::NoQuorum(QuorumError {
-            lock: self.name().to_owned(),
-            succeeded: extended,
+            lock: self.name.clone(),
+            succeeded: extended.len(),
             required,
-            nodes: self.shape.nodes(),
+            nodes,
+            succeeded_on: extended,
             failures,
         }))
     }
 
-    /// Resolves when the lock is known to be gone, or may be: for a single
-    /// node, when the watchdog finds it missing, when no renewal could be
-    /// confirmed for a whole watchdog timeout (the node is unreachable: the
-    /// key may have expired there), or when its fixed lease ran out; for a
-    /// multi-node lock, as soon as the nodes still held fall below the quorum.
+    /// Resolves when the lock is known to be gone, or can no longer be
+    /// proven held: when fewer nodes than the quorum (one, for a single-node
+    /// lock) can still *prove* their hold.
+    ///
+    /// A node can prove its hold while its key surely lives (its last grant
+    /// or renewal, plus the TTL that set, less clock drift, has not passed),
+    /// no renewal found the key gone, and its latest renewal was answered.
+    /// So `lost()` fires within one renewal period (a third of the watchdog
+    /// timeout) once renewals are refused or time out on too many nodes, at
+    /// once when a renewal finds the key gone, and when a fixed lease runs
+    /// out. A node that answers slowly, within its response timeout, proves
+    /// its hold. Late grants the guard adopted count from their arrival.
     ///
     /// # Examples
     ///
@@ -288,9 +394,10 @@ impl Guard {
     ///
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
+        let views = self.views();
         // Parts that may be lost before fewer than `quorum` remain held.
-        let spare = self.parts.len().saturating_sub(self.shape.required());
-        let mut lost: FuturesUnordered<_> = self.parts.iter().map(HeldPart::lost).collect();
+        let spare = views.len().saturating_sub(self.shape.required());
+        let mut lost: FuturesUnordered<_> = views.iter().map(PartView::lost).collect();
         for _ in 0..=spare {
             if lost.next().await.is_none() {
                 return;
@@ -311,23 +418,21 @@ impl Guard {
         &self.owner
     }
 
-    /// The addresses of the nodes that still surely hold the lock: granted,
-    /// not found gone by the watchdog, and within their lease.
-    pub fn nodes(&self) -> Vec<&str> {
+    /// The addresses of the nodes that still surely hold the lock: granted
+    /// (late grants the guard adopted included), not found gone, and within
+    /// their lease.
+    pub fn nodes(&self) -> Vec<String> {
         let now = Instant::now();
-        self.parts
+        self.views()
             .iter()
             .filter(|p| p.trusted_until().is_some_and(|t| t > now))
-            .map(HeldPart::node_addr)
+            .map(|p| p.node_addr().to_owned())
             .collect()
     }
 
     /// The lock's name (the first one, for a MultiLock of several names).
     pub fn name(&self) -> &str {
-        self.parts
-            .first()
-            .map(|p| p.lock.name())
-            .unwrap_or_default()
+        &self.name
     }
 
     /// The instant after which the lock may be held by someone else: the
@@ -343,9 +448,9 @@ impl Guard {
     /// crate's known limits).
     pub fn valid_until(&self) -> Option<std::time::Instant> {
         let mut trusted: Vec<Instant> = self
-            .parts
+            .views()
             .iter()
-            .filter_map(HeldPart::trusted_until)
+            .filter_map(PartView::trusted_until)
             .collect();
         trusted.sort_unstable_by(|a, b| b.cmp(a));
         trusted
@@ -363,6 +468,16 @@ impl fmt::Debug for Guard {
             .field("shape", &self.shape)
             .field("fencing_token", &self.token)
             .finish()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // Adopted late parts go with the guard (their drop releases them),
+        // and a grant still on its way is released when it arrives.
+        if let Some(late) = self.late.take() {
+            drop(LateParts::close(&late));
+        }
     }
 }
 

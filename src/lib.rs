@@ -25,8 +25,8 @@ pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;
 pub use node::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node,
-    NodeBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT,
+    Health, Node, NodeBuilder,
 };
 pub use owner::Owner;
 pub use quorum::{

@@ -14,8 +14,13 @@
 //! Per client and node, one timer ticks every `watchdog_timeout / 3` and
 //! renews every entry with a hold taken without a lease, in batched script
 //! calls (one per [`RENEW_BATCH_SIZE`] entries). A renewal that finds the
-//! hold gone marks its entry gone; a node error is logged and retried on the
-//! next tick. A timer that ended for any reason (its runtime shut down) is
+//! hold gone marks its entry gone. A renewal the node refused, or did not
+//! answer in time, leaves its entries *unproven*: the client can no longer
+//! prove those holds (the node may have lost them, or may be cut off and
+//! about to let them expire), and their guards count them as lost until a
+//! later renewal proves them again. A renewal that is merely slow but
+//! answered proves them. Renewals go out even to a suspect node: one per
+//! tick is what tells. A timer that ended for any reason (its runtime shut down) is
 //! started again by the next registration, and a node's watchdog is dropped
 //! once it holds nothing.
 //!
@@ -97,6 +102,8 @@ struct Standing {
     /// From when the key has surely expired, unless renewed: the latest TTL
     /// counted from when its reply arrived, plus clock drift.
     expired_by: Instant,
+    /// The last renewal was refused or timed out.
+    unproven: bool,
 }
 
 /// A granted acquire, as the entry of its lock records it.
@@ -115,11 +122,18 @@ pub(crate) struct GrantRecord {
 ///
 /// [`stop`]: Registration::stop
 pub(crate) struct Registration {
+    record: Record,
+    renewed: bool,
+    stopped: bool,
+}
+
+/// What an entry says about the key of a hold, readable by anyone holding
+/// a copy; it does not keep the hold registered.
+#[derive(Clone)]
+pub(crate) struct Record {
     dog: Arc<NodeWatchdog>,
     key: EntryKey,
     standing: watch::Receiver<Standing>,
-    renewed: bool,
-    stopped: bool,
 }
 
 impl Watchdogs {
@@ -145,10 +159,11 @@ impl Watchdogs {
         grant: GrantRecord,
         renewed: bool,
     ) -> Registration {
-        let dog = self
-            .by_node
-            .lock()
-            .unwrap()
+        // Registered while the map is locked (then the entries: the order
+        // `prune_if_empty` takes them in), so a watchdog being pruned at this
+        // moment cannot take this hold with it out of the map.
+        let mut by_node = self.by_node.lock().unwrap();
+        let dog = by_node
             .entry(node.id())
             .or_insert_with(|| {
                 Arc::new(NodeWatchdog {
@@ -199,6 +214,7 @@ impl NodeWatchdog {
                 gone: false,
                 trusted_until,
                 expired_by,
+                unproven: false,
             })
             .0,
         });
@@ -222,9 +238,11 @@ impl NodeWatchdog {
             );
         }
         Registration {
-            dog: self.clone(),
-            key,
-            standing,
+            record: Record {
+                dog: self.clone(),
+                key,
+                standing,
+            },
             renewed,
             stopped: false,
         }
@@ -267,7 +285,11 @@ impl NodeWatchdog {
                 self.timeout,
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
-            let result = self.node.run(&renew).instrument(span.clone()).await;
+            let result = self
+                .node
+                .run_despite_suspicion(&renew)
+                .instrument(span.clone())
+                .await;
             let _enter = span.enter();
             match result {
                 Ok(renewed) => {
@@ -285,12 +307,21 @@ impl NodeWatchdog {
                             entry.standing.send_modify(|s| {
                                 s.trusted_until = s.trusted_until.max(trusted_until);
                                 s.expired_by = s.expired_by.max(expired_by);
+                                s.unproven = false;
                             });
                         }
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "renewal failed; retrying next tick");
+                    tracing::debug!(error = %err, "renewal failed; the holds there are unproven until one succeeds");
+                    let entries = self.entries.lock().unwrap();
+                    for key in &chunk {
+                        if let Some(entry) = entries.by_lock.get(*key) {
+                            entry
+                                .standing
+                                .send_if_modified(|s| !std::mem::replace(&mut s.unproven, true));
+                        }
+                    }
                 }
             }
         }
@@ -317,21 +348,64 @@ impl NodeWatchdog {
 }
 
 impl Registration {
-    /// Resolves when the hold is gone, or may be: a renewal found it gone, a
-    /// fresh grant proved it over, or the key's trusted TTL ran out without a
-    /// renewal (a fixed lease ended; the node is unreachable).
-    pub(crate) async fn lost(&self) {
-        let mut updates = self.standing.clone();
-        loop {
-            let standing = *updates.borrow_and_update();
-            if standing.gone {
-                return;
+    /// What the entry says about this hold.
+    pub(crate) fn record(&self) -> &Record {
+        &self.record
+    }
+
+    /// Leaves the entry (renewal stops once no hold without a lease is
+    /// left) and returns the watchdog, whose [`NodeWatchdog::quiesce`] the
+    /// release must await before it is sent.
+    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
+        self.leave();
+        self.record.dog.clone()
+    }
+
+    fn leave(&mut self) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
+        let now_empty = {
+            let record = &self.record;
+            let mut entries = record.dog.entries.lock().unwrap();
+            // Only the entry this hold joined: after a loss, the same owner
+            // may hold the lock again under a fresh entry.
+            if let Some(entry) = entries.by_lock.get_mut(&record.key)
+                && record.standing.same_channel(&entry.standing.subscribe())
+            {
+                entry.holds -= 1;
+                entry.renewed_holds -= usize::from(self.renewed);
+                if entry.holds == 0 {
+                    entries.by_lock.remove(&record.key);
+                }
             }
-            tokio::select! {
-                // A closed channel means the entry was dropped, which only
-                // happens once the hold is gone.
-                changed = updates.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep_until(standing.trusted_until) => return,
+            entries.by_lock.is_empty() && entries.timer.is_none()
+        };
+        if now_empty {
+            self.record.dog.prune_if_empty();
+        }
+    }
+}
+
+impl Record {
+    /// Resolves when the hold is gone, or can no longer be proven: a renewal
+    /// found it gone, a fresh grant proved it over, the last renewal was
+    /// refused or timed out, or the key's trusted TTL ran out without a
+    /// renewal (a fixed lease ended).
+    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut updates = self.standing.clone();
+        async move {
+            loop {
+                let standing = *updates.borrow_and_update();
+                if standing.gone || standing.unproven {
+                    return;
+                }
+                tokio::select! {
+                    // A closed channel means the entry was dropped, which
+                    // only happens once the hold is gone.
+                    changed = updates.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep_until(standing.trusted_until) => return,
+                }
             }
         }
     }
@@ -361,38 +435,6 @@ impl Registration {
     pub(crate) fn trusted_until(&self) -> Option<Instant> {
         let standing = *self.standing.borrow();
         (!standing.gone).then_some(standing.trusted_until)
-    }
-
-    /// Leaves the entry (renewal stops once no hold without a lease is
-    /// left) and returns the watchdog, whose [`NodeWatchdog::quiesce`] the
-    /// release must await before it is sent.
-    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
-        self.leave();
-        self.dog.clone()
-    }
-
-    fn leave(&mut self) {
-        if std::mem::replace(&mut self.stopped, true) {
-            return;
-        }
-        let now_empty = {
-            let mut entries = self.dog.entries.lock().unwrap();
-            // Only the entry this hold joined: after a loss, the same owner
-            // may hold the lock again under a fresh entry.
-            if let Some(entry) = entries.by_lock.get_mut(&self.key)
-                && self.standing.same_channel(&entry.standing.subscribe())
-            {
-                entry.holds -= 1;
-                entry.renewed_holds -= usize::from(self.renewed);
-                if entry.holds == 0 {
-                    entries.by_lock.remove(&self.key);
-                }
-            }
-            entries.by_lock.is_empty() && entries.timer.is_none()
-        };
-        if now_empty {
-            self.dog.prune_if_empty();
-        }
     }
 }
 
@@ -486,11 +528,14 @@ mod tests {
         let outer = watchdogs.register(&node, "k", &field, grant(t0, 1_000, 1), false);
         let inner = watchdogs.register(&node, "k", &field, grant(t0, 20_000, 2), false);
         let extended = timing::trusted_until(t0, Duration::from_secs(20));
-        assert_eq!(outer.trusted_until(), Some(extended));
+        assert_eq!(outer.record().trusted_until(), Some(extended));
         drop(inner);
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(!outer.is_over(), "the key lives for the longer lease");
-        assert_eq!(outer.trusted_until(), Some(extended));
+        assert!(
+            !outer.record().is_over(),
+            "the key lives for the longer lease"
+        );
+        assert_eq!(outer.record().trusted_until(), Some(extended));
     }
 
     #[tokio::test(start_paused = true)]
@@ -502,12 +547,12 @@ mod tests {
         tokio::time::advance(Duration::from_millis(150)).await;
         // Granted as count 1: the old hold's key expired (or was deleted).
         let new = watchdogs.register(&node, "k", &field, grant(Instant::now(), 10_000, 1), false);
-        assert!(old.is_over());
-        assert_eq!(old.trusted_until(), None);
-        assert!(!new.is_over());
+        assert!(old.record().is_over());
+        assert_eq!(old.record().trusted_until(), None);
+        assert!(!new.record().is_over());
         drop(old);
         assert!(
-            !new.is_over(),
+            !new.record().is_over(),
             "the old guard leaving does not touch the new entry"
         );
     }
@@ -523,7 +568,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(5)).await;
         let second = watchdogs.register(&node, "k", &field, grant(Instant::now(), 1_000, 2), false);
         let first = watchdogs.register(&node, "k", &field, grant(sent_together, 1_000, 1), false);
-        assert!(!second.is_over() && !first.is_over());
+        assert!(!second.record().is_over() && !first.record().is_over());
     }
 
     #[tokio::test(start_paused = true)]

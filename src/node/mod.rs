@@ -1,5 +1,6 @@
 //! One Redis master: its command pool, its shared subscription, its timeouts.
 
+mod health;
 mod pool;
 mod subscriber;
 
@@ -16,6 +17,7 @@ use redis::{ConnectionAddr, ProtocolVersion, Value};
 
 use crate::error::{Error, Result, Unavailable};
 use crate::protocol::{Call, Request};
+pub use health::Health;
 pub(crate) use subscriber::Subscription;
 
 /// Default number of pooled command connections per node.
@@ -63,6 +65,7 @@ struct NodeInner {
     id: u64,
     addr: String,
     server: Arc<pool::ServerIdentity>,
+    health: Arc<health::HealthState>,
     pool: pool::Pool,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
@@ -197,10 +200,16 @@ impl NodeBuilder {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 subscriber: subscriber::Subscriber::new(
                     addr.clone(),
-                    client,
+                    client.clone(),
                     self.connect_timeout,
                     self.response_timeout,
                     self.keepalive,
+                ),
+                health: health::HealthState::new(
+                    addr.clone(),
+                    client,
+                    self.connect_timeout,
+                    self.response_timeout,
                 ),
                 addr,
                 server,
@@ -242,6 +251,24 @@ impl Node {
         self.inner.response_timeout
     }
 
+    /// Whether the node answers: [`Health::Suspect`] from a request that
+    /// timed out or was refused until the node answers again (a probe
+    /// checks it in the background). Requests to a suspect node fail at once
+    /// with [`Unavailable::Suspect`], so a frozen node costs one timeout, not
+    /// one per request, and nothing piles up on its connection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use multilock::{Health, Node};
+    /// let node = Node::new("redis://127.0.0.1:6379")?;
+    /// assert_eq!(node.health(), Health::Healthy);
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    pub fn health(&self) -> Health {
+        self.inner.health.health()
+    }
+
     /// The server's `run_id` (`INFO server`), once a connection to it was
     /// made: two nodes with one run_id are one server under two addresses.
     pub(crate) fn server_run_id(&self) -> Option<String> {
@@ -253,9 +280,17 @@ impl Node {
     }
 
     /// Runs one protocol call on a pooled connection: one round trip (a
-    /// script goes by EVALSHA and is loaded on the first NOSCRIPT).
+    /// script goes by EVALSHA and is loaded on the first NOSCRIPT). Fails at
+    /// once, with nothing sent, while the node is suspect.
     pub(crate) async fn run<R>(&self, call: &Call<R>) -> Result<R> {
         self.checkout().await?.run(call).await
+    }
+
+    /// As [`Node::run`], even while the node is suspect: for the watchdog's
+    /// renewals, one request per node and tick, whose outcome says whether
+    /// the holds there can still be proven.
+    pub(crate) async fn run_despite_suspicion<R>(&self, call: &Call<R>) -> Result<R> {
+        self.checkout_from_pool(false).await?.run(call).await
     }
 
     /// A connection for one request, shared with concurrent requests
@@ -269,6 +304,21 @@ impl Node {
     /// A connection nobody else is given until this one is dropped: for a
     /// request that blocks its connection (`WAIT`).
     pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {
+        self.checkout_from_pool(true).await
+    }
+
+    async fn checkout_from_pool(&self, unless_suspect: bool) -> Result<Conn> {
+        if unless_suspect && self.inner.health.is_suspect() {
+            // Failing at once must still yield now and then: a caller that
+            // retries in a loop would otherwise starve its runtime (and the
+            // probe that would end the suspicion).
+            tokio::task::coop::consume_budget().await;
+            return Err(Error::NodeUnavailable {
+                node: self.inner.addr.clone(),
+                reason: Unavailable::Suspect,
+                source: None,
+            });
+        }
         let object = self.inner.pool.get().await.map_err(|e| match e {
             PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
             PoolError::Timeout(_) => Error::NodeUnavailable {
@@ -281,7 +331,14 @@ impl Node {
                 reason: Unavailable::Refused,
                 source: None,
             },
-        })?;
+        });
+        let object = match object {
+            Ok(object) => object,
+            Err(err) => {
+                self.observe(&err);
+                return Err(err);
+            }
+        };
         Ok(Conn {
             conn: object.conn.clone(),
             broken: object.broken.clone(),
@@ -294,6 +351,33 @@ impl Node {
     /// Waits at most `max_wait` for the server to confirm.
     pub(crate) async fn subscribe(&self, channel: &str, max_wait: Duration) -> Subscription {
         self.inner.subscriber.subscribe(channel, max_wait).await
+    }
+}
+
+impl Node {
+    /// Marks the node suspect: a request to it went unanswered for longer
+    /// than its caller could wait (a multi-node round's per-node timeout).
+    pub(crate) fn suspect(&self) {
+        self.inner.health.suspect(health::Why::Failed);
+    }
+
+    /// Marks the node suspect because a request to it is overdue: far
+    /// slower than the other nodes' answers to the same round. Any answer
+    /// ends the suspicion.
+    pub(crate) fn suspect_overdue(&self) {
+        self.inner.health.suspect(health::Why::Overdue);
+    }
+
+    /// A request timed out or was refused: the node is suspect. (A broken
+    /// connection is not enough: the next one is usually fine.)
+    fn observe(&self, err: &Error) {
+        if let Error::NodeUnavailable {
+            reason: Unavailable::Timeout | Unavailable::Refused,
+            ..
+        } = err
+        {
+            self.inner.health.suspect(health::Why::Failed);
+        }
     }
 }
 
@@ -330,10 +414,18 @@ impl Conn {
     }
 
     fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
-        result.map_err(|err| {
-            pool::note_error(&self.broken, &err);
-            Error::from_redis(&self.node.inner.addr, err)
-        })
+        match result {
+            Ok(value) => {
+                self.node.inner.health.recovered();
+                Ok(value)
+            }
+            Err(err) => {
+                pool::note_error(&self.broken, &err);
+                let err = Error::from_redis(&self.node.inner.addr, err);
+                self.node.observe(&err);
+                Err(err)
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! read top to bottom, and the wait around it); [`policy`] holds the pure
 //! arithmetic of the two policies.
 
+mod fencing;
 mod policy;
 mod round;
 
@@ -244,7 +245,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 Ok(Some(guard)) => return Ok(guard),
                 Ok(None) => {}
                 Err(Error::NoQuorum(err)) if !err.is_permanent() => {
-                    tracing::warn!(error = %err, "no quorum within the budget; trying again");
+                    // Node changes are logged once each, by the nodes themselves.
+                    tracing::debug!(error = %err, "no quorum within the budget; trying again");
                 }
                 Err(err) => return Err(err),
             }
@@ -485,10 +487,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }))
         .await;
         let mut answers = Vec::new();
+        let mut answered = Vec::new();
         let mut failures = Vec::new();
         for (node, result) in results {
             match result {
-                Ok(value) => answers.push(value),
+                Ok(value) => {
+                    answers.push(value);
+                    answered.push(node);
+                }
                 Err(err) => failures.push(NodeFailure {
                     node,
                     cause: FailureCause::Failed(err),
@@ -501,6 +507,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 succeeded: answers.len(),
                 required: self.quorum(),
                 nodes: self.locks.len(),
+                succeeded_on: answered,
                 failures,
             }));
         }

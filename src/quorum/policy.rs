@@ -152,6 +152,25 @@ pub(crate) fn settle_token(
     Some(candidate.max(above_others).max(1))
 }
 
+/// How long a round that has its quorum still waits for the other nodes'
+/// answers: twice the time the quorum took, plus a millisecond. Scaled to
+/// the answers already seen, never to the per-node timeout: a frozen node
+/// costs the round almost nothing, and its grant, if it comes later, is
+/// adopted by the guard or rolled back.
+pub(crate) fn grace(quorum_after: Duration) -> Duration {
+    quorum_after * 2 + Duration::from_millis(1)
+}
+
+/// When a node that had not answered a won round counts as overdue (and
+/// suspect): ten times what the quorum took, at least 10 ms, at most the
+/// per-node timeout. Until then, each new round sends it one more request,
+/// which would all be answered at once when a frozen node thaws.
+pub(crate) fn overdue(quorum_after: Duration, node_timeout: Duration) -> Duration {
+    (quorum_after * 10)
+        .max(Duration::from_millis(10))
+        .min(node_timeout)
+}
+
 /// Per-attempt wait budget of `lock()`: 1500 ms per part (Redisson's
 /// `RedissonMultiLock` default).
 pub(crate) fn default_budget(parts: usize) -> Duration {
@@ -364,6 +383,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_grace_follows_the_answers_not_the_timeouts() {
+        assert_eq!(grace(Duration::ZERO), Duration::from_millis(1));
+        assert_eq!(grace(Duration::from_micros(500)), Duration::from_millis(2));
+        assert_eq!(grace(Duration::from_millis(20)), Duration::from_millis(41));
+    }
+
+    #[test]
+    fn overdue_is_far_behind_the_quorum_and_within_the_timeout() {
+        let timeout = Duration::from_millis(500);
+        assert_eq!(
+            overdue(Duration::from_micros(300), timeout),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            overdue(Duration::from_millis(4), timeout),
+            Duration::from_millis(40)
+        );
+        assert_eq!(overdue(Duration::from_millis(80), timeout), timeout);
     }
 
     #[test]

@@ -1,27 +1,32 @@
 //! The algorithm of `MultiLock` and `RedLock`, read top to bottom in
 //! [`QuorumLock::round`]: send the acquire to every part at once under a
-//! per-node timeout; measure how long it took on a monotonic clock; keep the
-//! grants when a quorum granted within the validity window (and, when fenced,
-//! settle the token), else release them all concurrently. Around it,
-//! [`QuorumLock::wait_for_quorum`] repeats rounds until granted or out of
-//! time, woken by unlock messages from any node.
+//! per-node timeout; count the answers as they come, and once a quorum
+//! granted, wait only a short grace for the others (a frozen node costs
+//! the round almost nothing); measure how long it took on a monotonic clock;
+//! keep the grants when they are still valid (and, when fenced, settle the
+//! token: [`super::fencing`]), else release them all concurrently. Answers
+//! that come after the round returned are adopted by its guard, or rolled
+//! back. Around it, [`QuorumLock::wait_for_quorum`] repeats rounds until
+//! granted or out of time, woken by unlock messages from any node.
 
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::FutureExt;
+use futures::future::{BoxFuture, join_all};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::policy::{self, CounterReport};
+use super::policy;
 use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
-use crate::guard::{Guard, Shape};
+use crate::guard::{Guard, LateParts, Shape};
+use crate::node::Node;
 use crate::owner::Owner;
-use crate::protocol::{self, Raised};
-use crate::single::{Attempt, HeldPart};
+use crate::single::{Attempt, HeldPart, Lock};
 use crate::timing;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
@@ -122,9 +127,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if !policy::quorum_reachable(self.locks.len(), self.quorum(), errors) {
             Err(Error::NoQuorum(QuorumError {
                 lock: self.locks[0].name().to_owned(),
-                succeeded: lost.granted,
+                succeeded: lost.granted.len(),
                 required: self.quorum(),
                 nodes: self.locks.len(),
+                succeeded_on: lost.granted,
                 failures: lost.failures,
             }))
         } else {
@@ -150,55 +156,88 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         // 1. Fan out to every node at once, each under its own timeout. A
         //    request cut off (by its timeout, or because the round is over)
         //    finishes in the background and is rolled back there (see
-        //    `Lock::attempt`).
+        //    `Lock::attempt`); a suspect node fails at once, sending nothing.
         let started = Instant::now();
-        let mut attempts: FuturesUnordered<_> = self
+        let mut pending: FuturesUnordered<Answer> = self
             .locks
             .iter()
             .enumerate()
-            .map(|(index, lock)| async move {
-                let attempt =
-                    match tokio::time::timeout(node_timeout, lock.attempt(owner, lease)).await {
-                        Ok(attempt) => attempt,
-                        Err(_) => Err(Error::NodeUnavailable {
-                            node: lock.node().addr().to_owned(),
-                            reason: Unavailable::Timeout,
-                            source: None,
-                        }),
-                    };
-                (index, lock, attempt)
-            })
+            .map(|(index, lock)| ask(index, lock.clone(), owner.clone(), lease, node_timeout))
             .collect();
 
-        // 2. Count the answers as they come. Once the quorum is out of reach,
-        //    stop waiting for slow nodes: releasing now lets a competitor that
-        //    split the nodes with us win instead of both waiting out timeouts.
-        let mut parts = Vec::with_capacity(n);
-        let mut failures = Vec::new();
-        while let Some((index, lock, attempt)) = attempts.next().await {
-            let node = lock.node().addr().to_owned();
-            match attempt {
-                Ok(Attempt::Granted(part)) => parts.push((index, part)),
-                Ok(Attempt::Taken(ttl)) => failures.push(NodeFailure {
-                    node,
-                    cause: FailureCause::Taken(ttl),
-                }),
-                Err(err) => failures.push(NodeFailure {
-                    node,
-                    cause: FailureCause::Failed(err),
-                }),
-            }
-            if !policy::quorum_reachable(n, required, failures.len()) {
+        // 2. Count the answers as they come. Stop once the quorum is out of
+        //    reach (releasing now lets a competitor that split the nodes
+        //    with us win, instead of both waiting out timeouts), or once it
+        //    is reached and the grace for the others has passed.
+        let mut answered = Answered::new(n);
+        let mut grace_ends: Option<Instant> = None;
+        let mut quorum_after: Option<Duration> = None;
+        loop {
+            let next = match grace_ends {
+                None => pending.next().await,
+                Some(ends) => match tokio::time::timeout_at(ends, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((index, attempt)) = next else {
+                break;
+            };
+            answered.record(index, attempt, &self.locks[index]);
+            if !policy::quorum_reachable(n, required, answered.failures.len()) {
                 break;
             }
+            if grace_ends.is_none() && answered.parts.len() >= required {
+                let after = started.elapsed();
+                quorum_after = Some(after);
+                grace_ends = Some(Instant::now() + policy::grace(after));
+            }
         }
-        drop(attempts);
         let elapsed = started.elapsed();
         // In the order of the locks, whatever order the answers came in.
-        parts.sort_unstable_by_key(|(index, _)| *index);
+        answered.parts.sort_unstable_by_key(|(index, _)| *index);
+        let Answered {
+            parts,
+            mut failures,
+            seen,
+        } = answered;
+        // Nodes still on their way are named as such.
+        for (index, lock) in self.locks.iter().enumerate() {
+            if !seen[index] {
+                failures.push(NodeFailure {
+                    node: lock.node().addr().to_owned(),
+                    cause: FailureCause::NoAnswer,
+                });
+            }
+        }
+        // The answers still on their way: a grant is adopted by the guard if
+        // the round wins (renewed and released with it), else released; a
+        // node still silent when its request is overdue becomes suspect.
+        let late = Arc::new(Mutex::new(LateParts::default()));
+        if !pending.is_empty() {
+            let overdue_at =
+                started + policy::overdue(quorum_after.unwrap_or(elapsed), node_timeout);
+            let stragglers: Vec<(usize, Node)> = seen
+                .iter()
+                .enumerate()
+                .filter(|(_, seen)| !**seen)
+                .map(|(index, _)| (index, self.locks[index].node().clone()))
+                .collect();
+            tokio::spawn(adopt_late_grants(
+                pending,
+                late.clone(),
+                stragglers,
+                overdue_at,
+            ));
+        }
+        let lost = |parts, failures| {
+            // Late grants of a lost round are released as they come.
+            drop(LateParts::close(&late));
+            LostRound::released(parts, failures, elapsed, node_timeout)
+        };
         if let Err(err) = self.check_independent_servers() {
             // Two "nodes" granted on one server: the quorum proves nothing.
-            LostRound::released(parts, failures, elapsed, node_timeout).await;
+            lost(parts, failures).await;
             return Err(err);
         }
 
@@ -210,18 +249,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     "quorum granted too late: validity spent"
                 );
             }
-            return Ok(Round::Lost(
-                LostRound::released(parts, failures, elapsed, node_timeout).await,
-            ));
+            return Ok(Round::Lost(lost(parts, failures).await));
         }
         let token = if self.is_fenced() {
             match self.settle_token(&parts, node_timeout).await {
                 Some(token) => Some(token),
                 None => {
                     tracing::debug!("no fencing token could be proven; round lost");
-                    return Ok(Round::Lost(
-                        LostRound::released(parts, failures, elapsed, node_timeout).await,
-                    ));
+                    return Ok(Round::Lost(lost(parts, failures).await));
                 }
             }
         } else {
@@ -230,78 +265,27 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         // Still valid after the settlement's round trips?
         if timing::validity(validity_lease, started.elapsed()).is_none() {
             tracing::debug!("validity spent while settling the fencing token");
-            return Ok(Round::Lost(
-                LostRound::released(parts, failures, elapsed, node_timeout).await,
-            ));
+            return Ok(Round::Lost(lost(parts, failures).await));
         }
-        let parts = parts.into_iter().map(|(_, part)| part).collect();
+
+        // 4. Won: the guard adopts the late grants.
         let shape = Shape::Quorum {
-            nodes: n,
+            nodes: self
+                .locks
+                .iter()
+                .map(|lock| lock.node().addr().to_owned())
+                .collect(),
             required,
             node_timeout,
         };
+        let parts = parts.into_iter().map(|(_, part)| part).collect();
         Ok(Round::Won(Guard::quorum(
             owner.clone(),
             parts,
+            late,
             shape,
             token,
         )))
-    }
-
-    /// The token of a fenced round (see [`policy::settle_token`]): every
-    /// node's counter raised to the highest INCR among the grants; when a
-    /// node reports a higher counter than that, every node raised again to
-    /// above it. `None` when no token can be proven higher than every
-    /// earlier holder's, or a quorum did not confirm it.
-    async fn settle_token(
-        &self,
-        parts: &[(usize, HeldPart)],
-        node_timeout: Duration,
-    ) -> Option<u64> {
-        let candidate = parts.iter().filter_map(|(_, p)| p.token).max().unwrap_or(0);
-        let raised = self.raise_counters(candidate, node_timeout).await;
-        let reports: Vec<CounterReport> = raised
-            .iter()
-            .filter_map(|(index, raised)| {
-                raised.map(|raised| CounterReport {
-                    before: raised.before,
-                    granted_here: parts.iter().any(|(granted, _)| granted == index),
-                })
-            })
-            .collect();
-        let token = policy::settle_token(candidate, &reports, self.locks.len(), self.quorum())?;
-        let confirmed = if token == candidate.max(1) && candidate > 0 {
-            raised.iter().filter(|(_, r)| r.is_some()).count()
-        } else {
-            // A node was ahead, or every counter was missing: raise again to
-            // the token itself.
-            let again = self.raise_counters(token, node_timeout).await;
-            again
-                .iter()
-                .filter(|(_, r)| r.is_some_and(|r| r.after >= token))
-                .count()
-        };
-        (confirmed >= self.quorum()).then_some(token)
-    }
-
-    /// Raises every node's fencing counter to at least `minimum`; each
-    /// node's answer, `None` where it failed or was late.
-    async fn raise_counters(
-        &self,
-        minimum: u64,
-        node_timeout: Duration,
-    ) -> Vec<(usize, Option<Raised>)> {
-        join_all(
-            self.locks
-                .iter()
-                .enumerate()
-                .map(|(index, lock)| async move {
-                    let raise = protocol::raise_token(lock.keys(), minimum);
-                    let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
-                    (index, raised.ok().and_then(Result::ok))
-                }),
-        )
-        .await
     }
 
     /// For a policy that needs independent servers: no two nodes may be one
@@ -333,16 +317,117 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     }
 }
 
+/// One node's answer to a round's acquire: its index in the lock, and the
+/// attempt's outcome (a grant, taken, or an error, the per-node timeout
+/// included). Owned, so the answers still on their way when the round
+/// returns can be handed to [`adopt_late_grants`].
+type Answer = BoxFuture<'static, (usize, Result<Attempt>)>;
+
+/// Sends the acquire to one node under the per-node timeout. A node that
+/// does not answer within it becomes suspect: the next rounds skip it, at
+/// no cost, until it answers a probe.
+fn ask(
+    index: usize,
+    lock: Lock,
+    owner: Owner,
+    lease: Option<Duration>,
+    node_timeout: Duration,
+) -> Answer {
+    async move {
+        let attempt = match tokio::time::timeout(node_timeout, lock.attempt(&owner, lease)).await {
+            Ok(attempt) => attempt,
+            Err(_) => {
+                lock.node().suspect();
+                Err(Error::NodeUnavailable {
+                    node: lock.node().addr().to_owned(),
+                    reason: Unavailable::Timeout,
+                    source: None,
+                })
+            }
+        };
+        (index, attempt)
+    }
+    .boxed()
+}
+
+/// The answers a round has counted so far.
+struct Answered {
+    parts: Vec<(usize, HeldPart)>,
+    failures: Vec<NodeFailure>,
+    /// Which nodes answered, by index.
+    seen: Vec<bool>,
+}
+
+impl Answered {
+    fn new(nodes: usize) -> Answered {
+        Answered {
+            parts: Vec::with_capacity(nodes),
+            failures: Vec::new(),
+            seen: vec![false; nodes],
+        }
+    }
+
+    fn record(&mut self, index: usize, attempt: Result<Attempt>, lock: &Lock) {
+        self.seen[index] = true;
+        let node = lock.node().addr().to_owned();
+        match attempt {
+            Ok(Attempt::Granted(part)) => self.parts.push((index, part)),
+            Ok(Attempt::Taken(ttl)) => self.failures.push(NodeFailure {
+                node,
+                cause: FailureCause::Taken(ttl),
+            }),
+            Err(err) => self.failures.push(NodeFailure {
+                node,
+                cause: FailureCause::Failed(err),
+            }),
+        }
+    }
+}
+
+/// Waits out the answers a won round did not wait for: a grant is adopted
+/// by the guard, or released at once if the guard is gone. Each answer is
+/// bounded by the per-node timeout, so this ends soon. The `stragglers`
+/// still silent at `overdue_at` become suspect, so the next rounds stop
+/// adding requests behind theirs.
+async fn adopt_late_grants(
+    mut pending: FuturesUnordered<Answer>,
+    late: Arc<Mutex<LateParts>>,
+    stragglers: Vec<(usize, Node)>,
+    overdue_at: Instant,
+) {
+    let mut silent = stragglers;
+    let overdue = tokio::time::sleep_until(overdue_at);
+    tokio::pin!(overdue);
+    loop {
+        tokio::select! {
+            answer = pending.next() => {
+                let Some((index, attempt)) = answer else {
+                    return;
+                };
+                silent.retain(|(straggler, _)| *straggler != index);
+                if let Ok(Attempt::Granted(part)) = attempt {
+                    LateParts::adopt(&late, part);
+                }
+            }
+            _ = &mut overdue, if !silent.is_empty() => {
+                for (_, node) in silent.drain(..) {
+                    node.suspect_overdue();
+                }
+            }
+        }
+    }
+}
+
 /// How a round ended.
 enum Round {
     Won(Guard),
     Lost(LostRound),
 }
 
-/// A round that did not win: how many nodes granted (all released since),
+/// A round that did not win: the nodes that granted (all released since),
 /// what the others said, and how long the fan-out took.
 struct LostRound {
-    granted: usize,
+    granted: Vec<String>,
     failures: Vec<NodeFailure>,
     elapsed: Duration,
 }
@@ -352,7 +437,7 @@ struct LostRound {
 /// just published them, and contenders that split the nodes must not retry
 /// in lockstep. Returns whether it slept.
 async fn back_off_after_split(lost: &LostRound, deadline: Instant) -> bool {
-    if lost.granted == 0 {
+    if lost.granted.is_empty() {
         return false;
     }
     sleep_within(policy::retry_delay(), deadline).await;
@@ -393,7 +478,10 @@ impl LostRound {
         elapsed: Duration,
         patience: Duration,
     ) -> LostRound {
-        let granted = parts.len();
+        let granted = parts
+            .iter()
+            .map(|(_, p)| p.node_addr().to_owned())
+            .collect();
         let releases = join_all(parts.into_iter().map(|(_, part)| part.release()));
         match tokio::time::timeout(patience, releases).await {
             Ok(results) => {

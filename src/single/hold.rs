@@ -17,7 +17,7 @@ use crate::finish_on_drop::FinishOnDrop;
 use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
 use crate::timing;
-use crate::watchdog::Registration;
+use crate::watchdog::{Record, Registration};
 
 /// One node's share of a hold. Dropping a part that was not released
 /// releases it in the background.
@@ -31,7 +31,7 @@ pub(crate) struct HeldPart {
     lease: Option<Duration>,
     /// Its place in the client's record of the lock; taken by the release.
     registration: Option<Registration>,
-    pub(crate) token: Option<u64>,
+    token: Option<u64>,
 }
 
 impl HeldPart {
@@ -58,6 +58,11 @@ impl HeldPart {
         self.lock.node().addr()
     }
 
+    /// The fencing token its grant got, if fenced.
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.token
+    }
+
     /// Releases this part: stops its renewal first, waits out a renewal call
     /// under way, then sends the release. Finishes in the background if the
     /// returned future is dropped.
@@ -73,7 +78,7 @@ impl HeldPart {
         // A hold that is over (gone, or its key's TTL surely ran out) sends
         // nothing: its field, if present, belongs to a later hold of the
         // same owner, which a release would lower.
-        let over = registration.as_ref().is_none_or(Registration::is_over);
+        let over = registration.as_ref().is_none_or(|r| r.record().is_over());
         let watchdog = registration.map(Registration::stop);
         let lock = self.lock.clone();
         let field = self.field.clone();
@@ -89,14 +94,58 @@ impl HeldPart {
         }
     }
 
+    /// What a guard reads of this part; `None` once released.
+    pub(crate) fn view(&self) -> Option<PartView> {
+        Some(PartView {
+            lock: self.lock.clone(),
+            field: self.field.clone(),
+            record: self.registration.as_ref()?.record().clone(),
+            fixed_lease: self.lease.is_some(),
+        })
+    }
+}
+
+/// What a guard reads of a part without owning it: its node, and what the
+/// client's record says about its key. Guards read their parts through
+/// views, so parts granted after the guard was made (late answers of its
+/// round) count as soon as they arrive.
+#[derive(Clone)]
+pub(crate) struct PartView {
+    lock: Lock,
+    field: Arc<str>,
+    record: Record,
+    fixed_lease: bool,
+}
+
+impl PartView {
+    /// The address of the part's node.
+    pub(crate) fn node_addr(&self) -> &str {
+        self.lock.node().addr()
+    }
+
+    /// Whether the part was taken with a fixed lease (not renewed).
+    pub(crate) fn has_lease(&self) -> bool {
+        self.fixed_lease
+    }
+
+    /// Until when this part surely holds; `None` once known gone.
+    pub(crate) fn trusted_until(&self) -> Option<Instant> {
+        self.record.trusted_until()
+    }
+
+    /// Resolves when this part is gone or can no longer be proven (see
+    /// [`Record::lost`]).
+    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.record.lost()
+    }
+
     /// Extends this part to at least `lease` from now, if it still surely
     /// holds; an over hold is never revived. Ok: until when it now surely
     /// holds.
     pub(crate) async fn extend(&self, lease: Duration) -> Result<Instant> {
-        let registration = match &self.registration {
-            Some(registration) if !registration.is_over() => registration,
-            _ => return Err(self.lock.not_held()),
-        };
+        if self.record.is_over() {
+            return Err(self.lock.not_held());
+        }
         let sent_at = Instant::now();
         let span =
             tracing::debug_span!("extend", lock = %self.lock.name(), node = %self.node_addr());
@@ -109,7 +158,7 @@ impl HeldPart {
         let _enter = span.enter();
         match extended? {
             Some(ttl) => {
-                registration.record_ttl(sent_at, Instant::now(), ttl);
+                self.record.record_ttl(sent_at, Instant::now(), ttl);
                 tracing::debug!(
                     elapsed_us = sent_at.elapsed().as_micros() as u64,
                     "extended"
@@ -117,24 +166,6 @@ impl HeldPart {
                 Ok(timing::trusted_until(sent_at, ttl))
             }
             None => Err(self.lock.not_held()),
-        }
-    }
-
-    /// Whether this part was taken with a fixed lease (not renewed).
-    pub(crate) fn has_lease(&self) -> bool {
-        self.lease.is_some()
-    }
-
-    /// Until when this part surely holds; `None` once known gone.
-    pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        self.registration.as_ref()?.trusted_until()
-    }
-
-    /// Resolves when this part is gone or may be (see
-    /// [`Registration::lost`]).
-    pub(crate) async fn lost(&self) {
-        if let Some(registration) = &self.registration {
-            registration.lost().await;
         }
     }
 }
@@ -149,12 +180,18 @@ impl Drop for HeldPart {
     }
 }
 
-/// Sends a release whose reply never came once more, on its connection,
-/// and waits for the answer as long as the window allows: one request queued
-/// behind the original, never a pile on a frozen node. A connection that
-/// broke is replaced (the original then either ran before the break or
-/// never will).
-async fn finish_release(lock: Lock, mut conn: Conn, release: Call<Released>, sent_at: Instant) {
+/// Sends a release whose reply never came (or that could not be sent) once
+/// more, and waits for the answer as long as the window allows: on the
+/// release's own connection when it has one, so the retry runs right behind
+/// the original (the hold's latch makes it answer with the original's
+/// result), one request at a time, never a pile on a frozen node. Without a
+/// usable connection it waits for the node to come back.
+async fn finish_release(
+    lock: Lock,
+    mut conn: Option<Conn>,
+    release: Call<Released>,
+    sent_at: Instant,
+) {
     let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -162,20 +199,27 @@ async fn finish_release(lock: Lock, mut conn: Conn, release: Call<Released>, sen
         if left.is_zero() {
             break;
         }
-        match conn.run_patiently(&release, left).await {
+        let outcome = match conn.as_mut() {
+            Some(conn) => conn.run_patiently(&release, left).await,
+            None => match lock.node().checkout().await {
+                Ok(fresh) => conn.insert(fresh).run_patiently(&release, left).await,
+                Err(err) => Err(err),
+            },
+        };
+        match outcome {
             Ok(released) => {
                 tracing::debug!(lock = %lock.name(), ?released, "a release retried in the background went through");
                 return;
             }
             Err(Error::NodeUnavailable {
-                reason: Unavailable::Disconnected | Unavailable::Refused,
+                reason: Unavailable::Disconnected | Unavailable::Refused | Unavailable::Suspect,
                 ..
             }) => {
+                // The connection broke, or none could be had: try a fresh
+                // one once the node answers again.
+                conn = None;
                 tokio::time::sleep(backoff.min(left)).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
-                if let Ok(fresh) = lock.node().checkout().await {
-                    conn = fresh;
-                }
             }
             Err(Error::NodeUnavailable { .. }) => break,
             Err(err) => {
@@ -209,14 +253,22 @@ impl Lock {
         let release = protocol::release(self.keys(), field, hold_id);
         let sent_at = Instant::now();
         self.traced_release(async {
-            let mut conn = self.node().checkout().await?;
+            let mut conn = match self.node().checkout().await {
+                Ok(conn) => conn,
+                Err(err) => {
+                    // Nothing sent (the node is suspect, or refused): it is
+                    // sent once the node is back, within the window.
+                    tokio::spawn(finish_release(self.clone(), None, release, sent_at));
+                    return Err(err);
+                }
+            };
             let mut tries = 0;
             loop {
                 tries += 1;
                 match conn.run(&release).await {
                     Err(err) if err.outcome_unknown() && tries < 2 => {}
                     Err(err) if err.outcome_unknown() => {
-                        tokio::spawn(finish_release(self.clone(), conn, release, sent_at));
+                        tokio::spawn(finish_release(self.clone(), Some(conn), release, sent_at));
                         break Err(err);
                     }
                     reply => break reply,

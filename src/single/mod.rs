@@ -22,7 +22,7 @@ pub(crate) use acquire::Attempt;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-pub(crate) use hold::HeldPart;
+pub(crate) use hold::{HeldPart, PartView};
 
 /// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
 ///

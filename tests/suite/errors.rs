@@ -212,21 +212,31 @@ async fn a_lease_that_can_never_be_valid_is_bad_input() {
 async fn one_server_under_two_addresses_is_not_two_masters() {
     let servers = servers(2).await;
     let nodes = vec![
-        Node::new(&format!("redis://127.0.0.1:{}", servers[0].port())).unwrap(),
-        Node::new(&format!("redis://localhost:{}", servers[0].port())).unwrap(),
+        node_at(
+            &format!("redis://127.0.0.1:{}", servers[0].port()),
+            PATIENCE,
+        ),
+        node_at(
+            &format!("redis://localhost:{}", servers[0].port()),
+            PATIENCE,
+        ),
         node(&servers[1]),
     ];
-    let red = client().red_lock_on(&nodes, "aliased").unwrap();
-    let mut outcome = red.try_lock().await;
-    if outcome.is_ok() {
-        // The first round connected; from now on the aliases are known.
-        drop(outcome);
-        outcome = red.try_lock().await;
+    let red = long_lease_client().red_lock_on(&nodes, "aliased").unwrap();
+    // The first round connects; from then on the aliases are known.
+    let refused = eventually(
+        PATIENCE,
+        |outcome: &String| format!("never refused: {outcome}"),
+        || async {
+            match red.try_lock().await {
+                Err(Error::InvalidArgument(msg)) => Ok(msg),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(refused.contains("one server"), "{refused}");
+    for s in &servers {
+        wait_absent(&s.url(), "aliased", PATIENCE, "nothing left held").await;
     }
-    match outcome {
-        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("one server"), "{msg}"),
-        other => panic!("expected InvalidArgument, got {other:?}"),
-    }
-    assert!(!exists(&servers[0].url(), "aliased").await);
-    assert!(!exists(&servers[1].url(), "aliased").await);
 }

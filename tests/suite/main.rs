@@ -4,6 +4,7 @@
 //! helper nobody uses is a warning.
 
 mod common;
+mod degraded;
 
 mod auth;
 mod errors;

@@ -150,7 +150,32 @@ async fn paused_node_times_out_and_recovers() {
     let err = lock.try_lock().await.unwrap_err();
     assert!(err.is_node_unavailable(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
+    // The timeout made the node suspect: requests fail at once, sending
+    // nothing, until a probe finds it answering again.
+    assert!(matches!(node.health(), multilock::Health::Suspect { .. }));
+    let again = lock.try_lock().await.unwrap_err();
+    assert!(
+        matches!(
+            again,
+            multilock::Error::NodeUnavailable {
+                reason: multilock::Unavailable::Suspect,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
     server.unpause().await.unwrap();
+    eventually(
+        PATIENCE,
+        |health: &multilock::Health| format!("still {health:?} after the node resumed"),
+        || async {
+            match node.health() {
+                multilock::Health::Healthy => Ok(()),
+                health => Err(health),
+            }
+        },
+    )
+    .await;
     // The timed-out acquire is applied once the node resumed; it is rolled
     // back on its own connection, so the lock ends up free.
     let other = Client::new().lock(&node, "frozen").unwrap();
@@ -434,7 +459,9 @@ async fn a_silently_dropped_subscription_is_noticed() {
                 .try_lock_for(Duration::from_secs(25), Some(Duration::from_secs(5)))
                 .await
             {
-                Err(err) if err.is_node_unavailable() => continue,
+                Err(err) if err.is_node_unavailable() => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 outcome => break outcome,
             }
         }

@@ -1,0 +1,179 @@
+//! Whether a node answers: healthy, or suspect since its last request timed
+//! out or was refused.
+//!
+//! A frozen or black-holed node costs every request sent to it a whole
+//! timeout, and every such request waits on its connection, answered in a
+//! flood when the node thaws. So once a request to a node times out or is
+//! refused, the node is *suspect*: requests to it fail at once, with nothing
+//! sent ([`Unavailable::Suspect`](crate::Unavailable::Suspect)), while one
+//! probe per node (a PING on a fresh connection, after 20 ms, then backing
+//! off to 2 s) decides when it answers again. Any request that does get an
+//! answer also clears the suspicion. Each change is logged once, at `warn`
+//! when a node becomes suspect and `info` when it recovers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// First pause before probing a suspect node.
+const FIRST_PROBE: Duration = Duration::from_millis(20);
+/// Longest pause between two probes.
+const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A node's health, as [`Node::health`](crate::Node::health) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Health {
+    /// Requests go to the node.
+    Healthy,
+    /// A request timed out or was refused; requests fail at once while a
+    /// probe checks the node.
+    Suspect {
+        /// Since when.
+        since: std::time::Instant,
+    },
+}
+
+/// Why a node became suspect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// A request timed out or was refused.
+    Failed,
+    /// A request is far slower than the other nodes' answers to the same
+    /// round, though not timed out yet.
+    Overdue,
+}
+
+/// The shared health state of one node.
+pub(crate) struct HealthState {
+    addr: String,
+    /// A client that makes the probe's fresh connections.
+    client: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// `suspect_since.is_some()`, read on every request without the lock.
+    suspect: AtomicBool,
+    suspect_since: Mutex<Option<Instant>>,
+}
+
+impl HealthState {
+    pub(crate) fn new(
+        addr: String,
+        client: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Arc<HealthState> {
+        Arc::new(HealthState {
+            addr,
+            client,
+            connect_timeout,
+            response_timeout,
+            suspect: AtomicBool::new(false),
+            suspect_since: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn health(&self) -> Health {
+        match *self.suspect_since.lock().unwrap() {
+            None => Health::Healthy,
+            Some(since) => Health::Suspect {
+                since: since.into_std(),
+            },
+        }
+    }
+
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Relaxed)
+    }
+
+    /// A request timed out or was refused (`Why::Failed`), or is overdue
+    /// (`Why::Overdue`: far slower than the other nodes' answers): the node
+    /// becomes suspect, and the first such failure starts its probe. Only a
+    /// failure is logged at `warn`: an overdue node may just be slow, and
+    /// any answer ends its suspicion.
+    pub(crate) fn suspect(self: &Arc<Self>, why: Why) {
+        {
+            let mut since = self.suspect_since.lock().unwrap();
+            if since.is_some() {
+                return;
+            }
+            *since = Some(Instant::now());
+            self.suspect.store(true, Ordering::Relaxed);
+        }
+        match why {
+            Why::Failed => {
+                tracing::warn!(node = %self.addr, "node suspect: a request timed out or was refused; requests to it fail at once until it answers a probe")
+            }
+            Why::Overdue => {
+                tracing::debug!(node = %self.addr, "node suspect: a request is overdue; requests to it fail at once until it answers")
+            }
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(Probe(Arc::downgrade(self)).run());
+            }
+            // No runtime to probe from: the next request tries the node.
+            Err(_) => self.recovered(),
+        }
+    }
+
+    /// A request got an answer, or a probe did: the node is healthy.
+    pub(crate) fn recovered(&self) {
+        if !self.is_suspect() {
+            return;
+        }
+        let since = {
+            let mut since = self.suspect_since.lock().unwrap();
+            self.suspect.store(false, Ordering::Relaxed);
+            since.take()
+        };
+        if let Some(since) = since {
+            tracing::info!(node = %self.addr, suspect_for_ms = since.elapsed().as_millis() as u64, "node answers again");
+        }
+    }
+}
+
+/// One node's probe. Holds the state weakly: it ends with its node.
+struct Probe(Weak<HealthState>);
+
+impl Probe {
+    async fn run(self) {
+        let mut pause = FIRST_PROBE;
+        loop {
+            tokio::time::sleep(pause).await;
+            let Some(state) = self.0.upgrade() else {
+                return;
+            };
+            if !state.is_suspect() {
+                return;
+            }
+            if ping(&state).await {
+                state.recovered();
+                return;
+            }
+            pause = (pause * 2).min(MAX_PROBE_INTERVAL);
+        }
+    }
+}
+
+/// A PING on a fresh connection, within the node's connect and response
+/// timeouts: a pooled connection may be the one stuck behind a frozen
+/// request.
+async fn ping(state: &HealthState) -> bool {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(state.connect_timeout))
+        .set_response_timeout(Some(state.response_timeout));
+    let attempt = async {
+        let mut conn = state
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("PING")
+            .query_async::<redis::Value>(&mut conn)
+            .await
+    };
+    let bound = state.connect_timeout + state.response_timeout;
+    matches!(tokio::time::timeout(bound, attempt).await, Ok(Ok(_)))
+}
