@@ -47,6 +47,7 @@ pub struct Client {
 #[must_use = "a builder does nothing until `build()`"]
 pub struct ClientBuilder {
     watchdog_timeout: Duration,
+    max_hold: Option<Duration>,
     id: Option<Uuid>,
 }
 
@@ -57,6 +58,17 @@ impl ClientBuilder {
     /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// The longest a lock taken without a lease is kept by the watchdog
+    /// (default: no limit, as in Redisson). Past it renewal stops, the lock
+    /// expires with its last lease, and the guard's `lost()` fires: a holder
+    /// stuck for good (a task that never ends) cannot keep the lock forever.
+    /// A lock may set its own ([`Lock::with_max_hold`]). From 1 ms to
+    /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -72,7 +84,9 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] when the watchdog timeout is under 3 ms
-    /// (its third is the renewal period, in whole milliseconds).
+    /// (its third is the renewal period, in whole milliseconds) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE), or the maximum hold time is out of
+    /// bounds.
     pub fn build(self) -> Result<Client> {
         if self.watchdog_timeout < Duration::from_millis(3) {
             return Err(Error::invalid(
@@ -84,10 +98,14 @@ impl ClientBuilder {
                 "watchdog timeout must be at most ten years (MAX_LEASE)",
             ));
         }
+        if let Some(max_hold) = self.max_hold {
+            crate::timing::check_lease(max_hold)?;
+        }
         Ok(Client {
             core: ClientCore::new(
                 self.id.unwrap_or_else(Uuid::new_v4).to_string(),
                 self.watchdog_timeout,
+                self.max_hold,
             ),
         })
     }
@@ -105,6 +123,7 @@ impl Client {
     pub fn builder() -> ClientBuilder {
         ClientBuilder {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            max_hold: None,
             id: None,
         }
     }
@@ -218,10 +237,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::red_lock`], and for an empty name.
-    pub fn red_lock_on(&self, nodes: &[Node], name: &str) -> Result<RedLock> {
+    pub fn red_lock_on(&self, nodes: &[Node], name: impl Into<String>) -> Result<RedLock> {
+        let name = name.into();
         let locks = nodes
             .iter()
-            .map(|node| self.lock(node, name))
+            .map(|node| self.lock(node, name.as_str()))
             .collect::<Result<Vec<_>>>()?;
         self.red_lock(locks)
     }
@@ -244,10 +264,11 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::multi_lock`], and for an empty name.
-    pub fn multi_lock_on(&self, nodes: &[Node], name: &str) -> Result<MultiLock> {
+    pub fn multi_lock_on(&self, nodes: &[Node], name: impl Into<String>) -> Result<MultiLock> {
+        let name = name.into();
         let locks = nodes
             .iter()
-            .map(|node| self.lock(node, name))
+            .map(|node| self.lock(node, name.as_str()))
             .collect::<Result<Vec<_>>>()?;
         self.multi_lock(locks)
     }

@@ -14,13 +14,21 @@ pub(crate) struct ClientCore {
     pub(crate) id: String,
     /// One renewal timer per node.
     pub(crate) watchdogs: Watchdogs,
+    /// How long a lock may be held by renewal alone, unless a lock says
+    /// otherwise; `None`: for as long as its guard lives.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 impl ClientCore {
-    pub(crate) fn new(id: String, watchdog_timeout: Duration) -> Arc<ClientCore> {
+    pub(crate) fn new(
+        id: String,
+        watchdog_timeout: Duration,
+        max_hold: Option<Duration>,
+    ) -> Arc<ClientCore> {
         Arc::new(ClientCore {
             id,
             watchdogs: Watchdogs::new(watchdog_timeout),
+            max_hold,
         })
     }
 

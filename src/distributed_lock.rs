@@ -42,6 +42,9 @@ use crate::single::Lock;
 /// }
 /// ```
 pub trait DistributedLock: Clone + Send + Sync + 'static {
+    /// The lock's name (the first lock's, for a MultiLock of several names).
+    fn name(&self) -> &str;
+
     /// Acquires, waiting as long as it takes; the guard's holds are renewed
     /// by the client's watchdog while it lives.
     ///
@@ -71,6 +74,16 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<Guard>>> + Send;
 
+    /// Acquires, runs `work` with the fencing token, releases; `work` is
+    /// dropped and the call fails with
+    /// [`Error::LockLost`](crate::Error::LockLost) if the lock can no longer
+    /// be proven held before it finishes. See [`Lock::run_locked`].
+    fn run_locked<F, Fut, T>(&self, work: F) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(Option<u64>) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send;
+
     /// Deletes the lock whoever holds it and wakes its waiters; whether it
     /// was held (on a quorum of nodes, for a quorum lock).
     fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send;
@@ -94,6 +107,9 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
 
 macro_rules! forward {
     () => {
+        fn name(&self) -> &str {
+            Self::name(self)
+        }
         fn lock(&self) -> impl Future<Output = Result<Guard>> + Send {
             Self::lock(self)
         }
@@ -109,6 +125,14 @@ macro_rules! forward {
             lease: Option<Duration>,
         ) -> impl Future<Output = Result<Option<Guard>>> + Send {
             Self::try_lock_for(self, wait, lease)
+        }
+        fn run_locked<F, Fut, T>(&self, work: F) -> impl Future<Output = Result<T>> + Send
+        where
+            F: FnOnce(Option<u64>) -> Fut + Send,
+            Fut: Future<Output = T> + Send,
+            T: Send,
+        {
+            Self::run_locked(self, work)
         }
         fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send {
             Self::force_unlock(self)

@@ -47,6 +47,13 @@ pub enum Error {
     },
     /// A multi-node operation did not reach its quorum.
     NoQuorum(QuorumError),
+    /// The lock could no longer be proven held (its guard's `lost()` fired)
+    /// before the work given to `run_locked` finished: the work was dropped
+    /// at its next await point.
+    LockLost {
+        /// The lock's name.
+        lock: String,
+    },
     /// The lock was granted on the primary but fewer replicas than required
     /// acknowledged it in time; it was released again.
     ReplicaSync {
@@ -211,6 +218,10 @@ impl fmt::Display for Error {
             }
             Error::Redis { node, .. } => write!(f, "node {node} answered with an error"),
             Error::NoQuorum(q) => q.fmt(f),
+            Error::LockLost { lock } => write!(
+                f,
+                "lock {lock:?} was lost before its work finished; the work was dropped"
+            ),
             Error::ReplicaSync {
                 lock,
                 node,

@@ -178,8 +178,9 @@ impl Guard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the lock expired or was taken from this owner
-    /// (for a multi-node lock: on so many nodes that a quorum can no longer
-    /// release it); [`Error::NodeUnavailable`] when the node could not be
+    /// (for a multi-node lock: when the nodes that released it and those
+    /// where it was no longer held make a quorum between them, so it was not
+    /// held on a quorum at the end); [`Error::NodeUnavailable`] when the node could not be
     /// reached (a retried release is idempotent: it returns the first
     /// result); for a multi-node lock, [`Error::NoQuorum`] when node
     /// failures kept a quorum from confirming, naming every node and what it
@@ -253,9 +254,11 @@ impl Guard {
             .filter(|f| matches!(f.cause, FailureCause::Failed(Error::NotHeld { .. })))
             .map(|f| f.node.as_str())
             .collect();
-        if not_held.len() > nodes.len() - required {
-            // Over on too many nodes for a quorum to release: not held,
-            // as a single-node lock would say.
+        // The nodes that answered make a quorum, and some of them said the
+        // lock was not held there: it was not held on a quorum when it was
+        // released (it had run out, or was taken away), which is what a
+        // single-node lock would say.
+        if !not_held.is_empty() && released.len() + not_held.len() >= required {
             return Err(Error::NotHeld {
                 lock: self.name.clone(),
                 node: not_held.join(", "),

@@ -13,12 +13,18 @@ mod node;
 mod owner;
 mod protocol;
 mod quorum;
+mod scoped;
 mod single;
 mod timing;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
+
+/// The redis-rs crate this one is built on, so an application names its
+/// types (the source of [`Error::Redis`], say) at the version this crate
+/// uses, without a dependency line of its own to keep in step.
+pub use redis;
 
 pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
 pub use distributed_lock::DistributedLock;

@@ -72,8 +72,8 @@ struct Entries {
 }
 
 impl Entries {
-    fn renews_any(&self) -> bool {
-        self.by_lock.values().any(|entry| entry.renewed_holds > 0)
+    fn renews_any(&self, now: Instant) -> bool {
+        self.by_lock.values().any(|entry| entry.renews_at(now))
     }
 }
 
@@ -82,8 +82,12 @@ type EntryKey = (String, Arc<str>);
 
 struct Entry {
     holds: usize,
-    /// Holds taken without a lease: the entry is renewed while there are any.
-    renewed_holds: usize,
+    /// One per hold taken without a lease: until when it may be renewed
+    /// (`None`: for as long as it is held). The entry is renewed while one
+    /// of them allows it.
+    renew_until: Vec<Option<Instant>>,
+    /// Renewal stopped at a cap, and that was said once.
+    capped: bool,
     /// When the reply of the latest grant that joined arrived. A fresh grant
     /// sent after it proves this entry's holds over; one sent before it
     /// raced a re-entry and joins.
@@ -106,6 +110,25 @@ struct Standing {
     unproven: bool,
 }
 
+impl Entry {
+    /// Whether a hold of this entry is still to be renewed at `now`.
+    fn renews_at(&self, now: Instant) -> bool {
+        self.renew_until
+            .iter()
+            .any(|until| until.is_none_or(|until| now < until))
+    }
+}
+
+/// Whether the watchdog renews a hold, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// A fixed lease: never renewed.
+    None,
+    /// Renewed while held, until this instant if given (a cap on how long
+    /// a holder may keep the lock by renewal alone).
+    Until(Option<Instant>),
+}
+
 /// A granted acquire, as the entry of its lock records it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GrantRecord {
@@ -123,7 +146,7 @@ pub(crate) struct GrantRecord {
 /// [`stop`]: Registration::stop
 pub(crate) struct Registration {
     record: Record,
-    renewed: bool,
+    renewal: Renewal,
     stopped: bool,
 }
 
@@ -148,16 +171,16 @@ impl Watchdogs {
         self.timeout
     }
 
-    /// Records a hold of `key`/`field` on `node` granted as `grant`;
-    /// `renewed`: taken without a lease, so the watchdog renews it. Call
-    /// right after the grant, with no await in between.
+    /// Records a hold of `key`/`field` on `node` granted as `grant`, renewed
+    /// by the watchdog as `renewal` says. Call right after the grant, with
+    /// no await in between.
     pub(crate) fn register(
         &self,
         node: &Node,
         key: &str,
         field: &Arc<str>,
         grant: GrantRecord,
-        renewed: bool,
+        renewal: Renewal,
     ) -> Registration {
         // Registered while the map is locked (then the entries: the order
         // `prune_if_empty` takes them in), so a watchdog being pruned at this
@@ -175,7 +198,7 @@ impl Watchdogs {
                 })
             })
             .clone();
-        dog.register((key.to_owned(), field.clone()), grant, renewed)
+        dog.register((key.to_owned(), field.clone()), grant, renewal)
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.
@@ -190,7 +213,7 @@ impl NodeWatchdog {
         self: &Arc<Self>,
         key: EntryKey,
         grant: GrantRecord,
-        renewed: bool,
+        renewal: Renewal,
     ) -> Registration {
         let trusted_until = timing::trusted_until(grant.sent_at, grant.ttl);
         let expired_by = timing::surely_expired_at(grant.replied_at, grant.ttl);
@@ -208,7 +231,8 @@ impl NodeWatchdog {
         }
         let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
             holds: 0,
-            renewed_holds: 0,
+            renew_until: Vec::new(),
+            capped: false,
             last_joined: grant.replied_at,
             standing: watch::channel(Standing {
                 gone: false,
@@ -219,14 +243,17 @@ impl NodeWatchdog {
             .0,
         });
         entry.holds += 1;
-        entry.renewed_holds += usize::from(renewed);
+        if let Renewal::Until(until) = renewal {
+            entry.renew_until.push(until);
+            entry.capped = false;
+        }
         entry.last_joined = entry.last_joined.max(grant.replied_at);
         entry.standing.send_modify(|s| {
             s.trusted_until = s.trusted_until.max(trusted_until);
             s.expired_by = s.expired_by.max(expired_by);
         });
         let standing = entry.standing.subscribe();
-        if renewed && entries.timer.is_none() {
+        if renewal != Renewal::None && entries.timer.is_none() {
             entries.timers_started += 1;
             entries.timer = Some(entries.timers_started);
             tokio::spawn(
@@ -243,7 +270,7 @@ impl NodeWatchdog {
                 key,
                 standing,
             },
-            renewed,
+            renewal,
             stopped: false,
         }
     }
@@ -258,22 +285,29 @@ impl NodeWatchdog {
     /// left meanwhile: an entry left before that is not renewed, and one
     /// left after it waits for this batch only ([`NodeWatchdog::quiesce`]).
     async fn renew_all(&self) {
-        let snapshot: Vec<EntryKey> = self
-            .entries
-            .lock()
-            .unwrap()
-            .by_lock
-            .iter()
-            .filter(|(_, entry)| entry.renewed_holds > 0)
-            .map(|(key, _)| key.clone())
-            .collect();
+        let now = Instant::now();
+        let snapshot: Vec<EntryKey> = {
+            let mut entries = self.entries.lock().unwrap();
+            for (key, entry) in entries.by_lock.iter_mut() {
+                if !entry.renew_until.is_empty() && !entry.renews_at(now) && !entry.capped {
+                    entry.capped = true;
+                    tracing::warn!(lock = %key.0, node = %self.node.addr(), "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
+                }
+            }
+            entries
+                .by_lock
+                .iter()
+                .filter(|(_, entry)| entry.renews_at(now))
+                .map(|(key, _)| key.clone())
+                .collect()
+        };
         for chunk in snapshot.chunks(RENEW_BATCH_SIZE) {
             let _batch = self.renewing.lock().await;
             let chunk: Vec<&EntryKey> = {
                 let entries = self.entries.lock().unwrap();
                 chunk
                     .iter()
-                    .filter(|k| entries.by_lock.get(*k).is_some_and(|e| e.renewed_holds > 0))
+                    .filter(|k| entries.by_lock.get(*k).is_some_and(|e| e.renews_at(now)))
                     .collect()
             };
             if chunk.is_empty() {
@@ -374,7 +408,11 @@ impl Registration {
                 && record.standing.same_channel(&entry.standing.subscribe())
             {
                 entry.holds -= 1;
-                entry.renewed_holds -= usize::from(self.renewed);
+                if let Renewal::Until(until) = self.renewal
+                    && let Some(at) = entry.renew_until.iter().position(|u| *u == until)
+                {
+                    entry.renew_until.swap_remove(at);
+                }
                 if entry.holds == 0 {
                     entries.by_lock.remove(&record.key);
                 }
@@ -494,7 +532,7 @@ impl Timer {
                 // Idle: stop, under the same lock a registration checks, so
                 // a hold registered from now on starts a new timer.
                 let mut entries = dog.entries.lock().unwrap();
-                if !entries.renews_any() {
+                if !entries.renews_any(Instant::now()) {
                     if entries.timer == Some(self.number) {
                         entries.timer = None;
                     }
@@ -525,8 +563,8 @@ mod tests {
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
         let t0 = Instant::now();
-        let outer = watchdogs.register(&node, "k", &field, grant(t0, 1_000, 1), false);
-        let inner = watchdogs.register(&node, "k", &field, grant(t0, 20_000, 2), false);
+        let outer = watchdogs.register(&node, "k", &field, grant(t0, 1_000, 1), Renewal::None);
+        let inner = watchdogs.register(&node, "k", &field, grant(t0, 20_000, 2), Renewal::None);
         let extended = timing::trusted_until(t0, Duration::from_secs(20));
         assert_eq!(outer.record().trusted_until(), Some(extended));
         drop(inner);
@@ -543,10 +581,22 @@ mod tests {
         let watchdogs = Watchdogs::new(Duration::from_secs(30));
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
-        let old = watchdogs.register(&node, "k", &field, grant(Instant::now(), 200, 1), false);
+        let old = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(Instant::now(), 200, 1),
+            Renewal::None,
+        );
         tokio::time::advance(Duration::from_millis(150)).await;
         // Granted as count 1: the old hold's key expired (or was deleted).
-        let new = watchdogs.register(&node, "k", &field, grant(Instant::now(), 10_000, 1), false);
+        let new = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(Instant::now(), 10_000, 1),
+            Renewal::None,
+        );
         assert!(old.record().is_over());
         assert_eq!(old.record().trusted_until(), None);
         assert!(!new.record().is_over());
@@ -566,8 +616,20 @@ mod tests {
         // Two acquires in flight at once: the re-entry's reply (count 2)
         // arrives first, then the fresh grant's (count 1).
         tokio::time::advance(Duration::from_millis(5)).await;
-        let second = watchdogs.register(&node, "k", &field, grant(Instant::now(), 1_000, 2), false);
-        let first = watchdogs.register(&node, "k", &field, grant(sent_together, 1_000, 1), false);
+        let second = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(Instant::now(), 1_000, 2),
+            Renewal::None,
+        );
+        let first = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(sent_together, 1_000, 1),
+            Renewal::None,
+        );
         assert!(!second.record().is_over() && !first.record().is_over());
     }
 
@@ -576,7 +638,13 @@ mod tests {
         let watchdogs = Watchdogs::new(Duration::from_secs(30));
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
-        let hold = watchdogs.register(&node, "k", &field, grant(Instant::now(), 1_000, 1), false);
+        let hold = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(Instant::now(), 1_000, 1),
+            Renewal::None,
+        );
         assert_eq!(watchdogs.nodes(), 1);
         drop(hold);
         assert_eq!(

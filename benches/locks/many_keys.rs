@@ -32,7 +32,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                     let lock = if n == 1 {
                         AnyLock::Single(client.lock(&nodes[0], name("ours", i))?)
                     } else {
-                        AnyLock::Red(client.red_lock_on(&nodes, &name("ours", i))?)
+                        AnyLock::Red(client.red_lock_on(&nodes, name("ours", i))?)
                     };
                     Ok(Contender::multilock(lock))
                 },

@@ -145,7 +145,7 @@ async fn held_under_watchdog(
     let t0 = Instant::now();
     let guards: Vec<Guard> = futures::stream::iter(0..held)
         .map(|i| {
-            let red = client.red_lock_on(&nodes, &format!("bench:held:{i}"));
+            let red = client.red_lock_on(&nodes, format!("bench:held:{i}"));
             async move { red?.lock().await }
         })
         .buffer_unordered(64)

@@ -50,12 +50,12 @@ pub async fn uncontended(
             };
             ours.push(("Lock (watchdog)".into(), watchdog));
         } else {
-            let multi = client.multi_lock_on(&nodes[..n], &name("multi"))?;
+            let multi = client.multi_lock_on(&nodes[..n], name("multi"))?;
             ours.push((
                 "MultiLock".into(),
                 Contender::multilock(AnyLock::Multi(multi)),
             ));
-            let red = client.red_lock_on(&nodes[..n], &name("red"))?;
+            let red = client.red_lock_on(&nodes[..n], name("red"))?;
             ours.push(("RedLock".into(), Contender::multilock(AnyLock::Red(red))));
         }
         let limit = Contender::Limit(Limit::new(

@@ -41,8 +41,8 @@ pub async fn commands(settings: &Settings, servers: &Servers, report: &mut Repor
                 ("Lock (watchdog)", watchdog),
             ]
         } else {
-            let multi = client.multi_lock_on(&nodes, &name("multi"))?;
-            let red = client.red_lock_on(&nodes, &name("red"))?;
+            let multi = client.multi_lock_on(&nodes, name("multi"))?;
+            let red = client.red_lock_on(&nodes, name("red"))?;
             vec![
                 ("MultiLock", Contender::multilock(AnyLock::Multi(multi))),
                 ("RedLock", Contender::multilock(AnyLock::Red(red))),

@@ -455,14 +455,14 @@ impl fmt::Display for Node {
 
 /// The URL without its `user:password@` part.
 pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return "<unparsable URL>".to_owned();
+    let (scheme, rest) = match url.find("://") {
+        Some(end) => url.split_at(end + 3),
+        None => ("", url),
     };
-    let rest = &url[scheme_end + 3..];
     // The last `@` anywhere, not just in the authority: a password holding
     // `/`, `?` or `#` must not end the search early and leak.
     match rest.rfind('@') {
-        Some(at) => format!("{}://***@{}", &url[..scheme_end], &rest[at + 1..]),
+        Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
         None => url.to_owned(),
     }
 }
@@ -478,7 +478,8 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("redis://u:pa#ss@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://u:p/w?x@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact_url("nonsense"), "<unparsable URL>");
+        assert_eq!(redact_url("nonsense"), "nonsense");
+        assert_eq!(redact_url("u:hunter2@h:1"), "***@h:1");
     }
 
     #[test]

@@ -120,6 +120,12 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         })
     }
 
+    /// The lock's name: its first lock's (a MultiLock may lock several
+    /// names at once).
+    pub fn name(&self) -> &str {
+        self.locks[0].name()
+    }
+
     /// The single-node locks this lock is made of.
     pub fn locks(&self) -> &[Lock] {
         &self.locks
@@ -158,18 +164,54 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         })
     }
 
-    /// This lock with fencing tokens. Every granted node INCRs its counter
-    /// in the acquire script; the guard's token is the highest of them, and
-    /// before the guard is returned every reachable node's counter is raised
-    /// to at least that value (a quorum of them must confirm). Any later
-    /// quorum shares a node with that one, so tokens strictly increase
-    /// across holders, even when a minority of nodes restarts empty.
+    /// This lock with fencing tokens ([`Guard::fencing_token`]).
+    ///
+    /// Each node keeps a counter, `redisson_lock_token:{name}`, with no
+    /// expiry (see [`Lock::with_fencing`] for why). A grant INCRs the counter
+    /// of its node if the counter exists there. Before the guard is returned,
+    /// the round settles the token: it raises every node's counter to the
+    /// highest INCR among its grants and reads what each node had; once a
+    /// quorum of nodes whose counter existed (or every node) has answered,
+    /// the token is made higher than every counter reported, and a quorum of
+    /// nodes is raised to it. A node whose counter is missing (it never saw
+    /// this lock fenced, or lost its data) is seeded by that raise and does
+    /// not count towards the quorum that proves the token. Validity is
+    /// checked again after the settlement.
+    ///
+    /// **When tokens strictly increase:** across any two holders in grant
+    /// order, as long as, between the first holder's settlement and the
+    /// second's, not every node of the first settlement's quorum loses its
+    /// data. Any two quorums share a node, so the second settlement hears
+    /// the first token from a node that kept it. A minority of nodes
+    /// restarting empty, any number of times, keeps tokens increasing;
+    /// a majority losing its data at once can make them go back (as it can
+    /// let two holders in).
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Self {
         Self {
             locks: self.locks.iter().map(Lock::with_quorum_fencing).collect(),
             ..self.clone()
         }
+    }
+
+    /// This lock with a maximum hold time on every node (see
+    /// [`Lock::with_max_hold`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a duration under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_max_hold(&self, max_hold: Duration) -> Result<Self> {
+        let locks = self
+            .locks
+            .iter()
+            .map(|lock| lock.with_max_hold(max_hold))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            locks: locks.into(),
+            ..self.clone()
+        })
     }
 
     /// True when fencing tokens are on ([`QuorumLock::with_fencing`]).
@@ -319,6 +361,53 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             check_quorum_lease(lease)?;
         }
         self.acquire(wait, lease).await
+    }
+
+    /// Acquires (as [`QuorumLock::lock`]: waiting as long as it takes, renewed by
+    /// the watchdog), runs `work` with the fencing token (`None` unless the
+    /// lock is fenced), releases, and returns what `work` returned.
+    ///
+    /// If the lock can no longer be proven held before `work` finishes (the
+    /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
+    /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
+    /// means what dropping any future means: it stops at the await point it
+    /// was waiting at and never resumes, and what it already did stays done.
+    /// A request it had sent may still be applied, and a task it spawned
+    /// goes on. So pass the fencing token with every write the lock
+    /// protects, and let the resource refuse a token lower than one it has
+    /// seen.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::RedLock) -> multilock::Result<()> {
+    /// let total = lock
+    ///     .run_locked(|token| async move {
+    ///         // ... read, compute, write with `token` ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumLock::lock`]; [`Error::LockLost`](crate::Error::LockLost) as
+    /// above; and the release's error, if the release fails after `work`
+    /// finished ([`Error::NotHeld`](crate::Error::NotHeld) when the lock ran
+    /// out just as it ended: then `work` cannot be known to have run under
+    /// the lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the
+    /// background.
+    pub async fn run_locked<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Option<u64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        crate::scoped::run_locked(self, work).await
     }
 
     /// Deletes the lock on every node, whoever holds it. Returns whether it

@@ -376,6 +376,16 @@ impl Answered {
                 node,
                 cause: FailureCause::Taken(ttl),
             }),
+            // Granted, but read after its TTL could have run out: as late as
+            // a timeout.
+            Ok(Attempt::Expired) => self.failures.push(NodeFailure {
+                cause: FailureCause::Failed(Error::NodeUnavailable {
+                    node: node.clone(),
+                    reason: Unavailable::Timeout,
+                    source: None,
+                }),
+                node,
+            }),
             Err(err) => self.failures.push(NodeFailure {
                 node,
                 cause: FailureCause::Failed(err),

@@ -29,6 +29,9 @@ pub(crate) enum Attempt {
     Granted(HeldPart),
     /// Held by someone else, with the key's remaining TTL when it has one.
     Taken(Option<Duration>),
+    /// Granted, but its reply was read only after the TTL it set could have
+    /// run out: not a hold (it is rolled back). Worth trying again at once.
+    Expired,
 }
 
 impl Lock {
@@ -72,7 +75,7 @@ impl Lock {
         let first_bound = deadline.filter(|d| *d > Instant::now());
         match self.attempt_by(owner, lease, first_bound).await? {
             Some(Attempt::Granted(part)) => return Ok(Some(part)),
-            Some(Attempt::Taken(_)) => {}
+            Some(Attempt::Taken(_) | Attempt::Expired) => {}
             None => return Err(self.no_answer()),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -95,6 +98,7 @@ impl Lock {
             let ttl = match self.attempt_by(owner, lease, deadline).await? {
                 Some(Attempt::Granted(part)) => return Ok(Some(part)),
                 Some(Attempt::Taken(ttl)) => ttl,
+                Some(Attempt::Expired) => Some(Duration::ZERO),
                 // The wait ran out with this attempt in flight; the node
                 // answered before (taken), so: not acquired within the wait.
                 None => return Ok(None),
@@ -155,6 +159,16 @@ impl Lock {
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
         let may_hold = sent.may_hold();
         match sent.reply {
+            Ok(Acquired::Granted(grant))
+                if timing::validity(grant.ttl, sent.replied_at - sent_at).is_none() =>
+            {
+                // The reply came after the TTL it set could have run out (the
+                // node, or this process, was stalled): the key may already
+                // be someone else's. Not a grant; undone in the background.
+                tracing::debug!(lock = %self.inner.keys.name, "a grant read after its TTL: not acquired");
+                tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
+                Ok(Attempt::Expired)
+            }
             Ok(Acquired::Granted(grant)) => {
                 // No await between the grant and the part: from here on,
                 // dropping releases.
@@ -169,7 +183,7 @@ impl Lock {
                     &self.inner.keys.name,
                     &field,
                     record,
-                    lease.is_none(),
+                    self.renewal(lease, sent_at),
                 );
                 Ok(Attempt::Granted(HeldPart::new(
                     self.clone(),

@@ -16,7 +16,8 @@ use crate::guard::Guard;
 use crate::node::Node;
 use crate::owner::Owner;
 use crate::protocol::{self, Fencing, LockKeys};
-use crate::timing::check_lease;
+use crate::timing::{self, check_lease};
+use crate::watchdog::Renewal;
 
 pub(crate) use acquire::Attempt;
 
@@ -77,12 +78,15 @@ struct LockInner {
     keys: LockKeys,
     /// How grants treat the fencing counter.
     fencing: Fencing,
+    /// How long a hold may be kept by renewal alone (`None`: no limit).
+    max_hold: Option<Duration>,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
 }
 
 impl Lock {
     pub(crate) fn new(core: Arc<ClientCore>, node: Node, name: String) -> Result<Lock> {
+        let max_hold = core.max_hold;
         if name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
@@ -92,6 +96,7 @@ impl Lock {
                 node,
                 keys: LockKeys::new(&name),
                 fencing: Fencing::Off,
+                max_hold,
                 replica_sync: None,
             }),
             owner: None,
@@ -151,6 +156,15 @@ impl Lock {
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
     /// lock) and the guard carries the value ([`Guard::fencing_token`]).
     ///
+    /// The counter has no expiry, as in Redisson: a counter that expired
+    /// would start again from 1, and hand the next holder a token lower than
+    /// ones already used, so the protected resource would refuse its writes
+    /// (or accept an old holder's). One small key per lock name is the
+    /// price. A node that loses its data (a restart without persistence, a
+    /// failover to a replica that missed the INCR) loses the counter too: on
+    /// a single node tokens then start over, which is what
+    /// [`RedLock`](crate::RedLock)'s fencing is robust to.
+    ///
     /// # Examples
     ///
     /// ```no_run
@@ -207,6 +221,44 @@ impl Lock {
             ));
         }
         Ok(self.rebuilt(|inner| inner.replica_sync = Some((replicas, timeout))))
+    }
+
+    /// This lock with its own maximum hold time: a hold taken without a
+    /// lease is renewed for at most `max_hold` from its grant; then renewal
+    /// stops, it expires with its last lease, and the guard's `lost()`
+    /// fires. Overrides [`ClientBuilder::max_hold`](crate::ClientBuilder::max_hold).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a duration under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let client = multilock::Client::new();
+    /// # let node = multilock::Node::new("redis://127.0.0.1:6379")?;
+    /// use std::time::Duration;
+    /// let job = client.lock(&node, "nightly-report")?.with_max_hold(Duration::from_secs(3600))?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_max_hold(&self, max_hold: Duration) -> Result<Lock> {
+        check_lease(max_hold)?;
+        Ok(self.rebuilt(|inner| inner.max_hold = Some(max_hold)))
+    }
+
+    /// How the watchdog renews a hold granted by a request sent at
+    /// `sent_at` (`lease`: `None` for the watchdog's).
+    fn renewal(&self, lease: Option<Duration>, sent_at: tokio::time::Instant) -> Renewal {
+        match lease {
+            Some(_) => Renewal::None,
+            None => Renewal::Until(
+                self.inner
+                    .max_hold
+                    .map(|cap| timing::deadline(sent_at, cap)),
+            ),
+        }
     }
 
     fn rebuilt(&self, change: impl FnOnce(&mut LockInner)) -> Lock {
@@ -366,6 +418,53 @@ impl Lock {
     /// The lease a request sets: the given one, else the watchdog's.
     fn lease(&self, lease: Option<Duration>) -> Duration {
         lease.unwrap_or_else(|| self.watchdog_timeout())
+    }
+
+    /// Acquires (as [`Lock::lock`]: waiting as long as it takes, renewed by
+    /// the watchdog), runs `work` with the fencing token (`None` unless the
+    /// lock is fenced), releases, and returns what `work` returned.
+    ///
+    /// If the lock can no longer be proven held before `work` finishes (the
+    /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
+    /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
+    /// means what dropping any future means: it stops at the await point it
+    /// was waiting at and never resumes, and what it already did stays done.
+    /// A request it had sent may still be applied, and a task it spawned
+    /// goes on. So pass the fencing token with every write the lock
+    /// protects, and let the resource refuse a token lower than one it has
+    /// seen.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let total = lock
+    ///     .run_locked(|token| async move {
+    ///         // ... read, compute, write with `token` ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`]; [`Error::LockLost`](crate::Error::LockLost) as
+    /// above; and the release's error, if the release fails after `work`
+    /// finished ([`Error::NotHeld`](crate::Error::NotHeld) when the lock ran
+    /// out just as it ended: then `work` cannot be known to have run under
+    /// the lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the
+    /// background.
+    pub async fn run_locked<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Option<u64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        crate::scoped::run_locked(self, work).await
     }
 
     /// Deletes the lock whoever holds it, and wakes its waiters. Returns

@@ -38,6 +38,8 @@ return 1
 pub struct FencedStore {
     url: String,
     key: String,
+    /// Made on first use, shared by clones (writes pipeline on it).
+    conn: std::sync::Arc<tokio::sync::OnceCell<redis::aio::MultiplexedConnection>>,
 }
 
 impl FencedStore {
@@ -47,6 +49,7 @@ impl FencedStore {
         FencedStore {
             url: url.into(),
             key: key.into(),
+            conn: Default::default(),
         }
     }
 
@@ -114,10 +117,16 @@ impl FencedStore {
     }
 
     async fn connection(&self) -> io::Result<redis::aio::MultiplexedConnection> {
-        redis::Client::open(self.url.as_str())
-            .map_err(io::Error::other)?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(io::Error::other)
+        let conn = self
+            .conn
+            .get_or_try_init(|| async {
+                redis::Client::open(self.url.as_str())
+                    .map_err(io::Error::other)?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(io::Error::other)
+            })
+            .await?;
+        Ok(conn.clone())
     }
 }

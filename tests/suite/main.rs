@@ -12,6 +12,8 @@ mod failover;
 mod node_failure;
 mod redlock;
 mod reentrancy;
+mod scenarios;
+mod scoped;
 mod waiting;
 mod watchdog;
 mod wire;
