@@ -71,8 +71,17 @@ impl Verdict {
             stuck,
         };
         for violation in violations {
-            let planted = violation.holds().iter().any(|h| is_planted(&h.holder))
-                || violation.name() == LEAKED_NAME;
+            let planted = match &violation {
+                Violation::Overlap { first, second, .. } => {
+                    is_planted(&first.holder) || is_planted(&second.holder)
+                }
+                Violation::TokenOrder { earlier, later } => {
+                    is_planted(&earlier.holder) || is_planted(&later.holder)
+                }
+                // The writer, not the hold that superseded it.
+                Violation::RejectedWrite { hold, .. } => is_planted(&hold.holder),
+                other => other.name() == LEAKED_NAME,
+            };
             // With immediate restarts a node forgets its keys and its
             // fencing counters: two holders, the refused writes that
             // follow, and tokens out of order are the known limit. A key
