@@ -1,6 +1,7 @@
 //! Progress lines, the summary, and the verdict: which violations were
 //! planted, which the mode expects, which are findings.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,36 +148,30 @@ pub fn summary(
     );
     for kind in Kind::ALL {
         let c = stats.of(kind);
-        let errors: Vec<String> = c
-            .errors
-            .iter()
-            .map(|(what, (n, first))| format!("{what} {n} (first: {first})"))
-            .collect();
         println!(
             "  {:<9} acquisitions {} ({} fenced); not granted within a bounded wait {}; errors {}",
             kind.label(),
             c.acquired,
             c.acquired_fenced,
             c.not_granted,
-            if errors.is_empty() {
-                "none".to_owned()
-            } else {
-                errors.join(", ")
-            }
+            tally(&c.errors)
         );
         println!(
-            "  {:<9} cancelled {} (timeout {}, task aborted {}, at the stop {}); holds ended early {}; \
-             releases: unlocked {}, not held {}, failed {}, guard dropped {}",
+            "  {:<9} cancelled {} (timeout {}, task aborted {}, at the stop {}); holds ended early {}",
             "",
             c.cut_timeout + c.cut_abort + c.cut_stop,
             c.cut_timeout,
             c.cut_abort,
             c.cut_stop,
             c.ended_early,
+        );
+        println!(
+            "  {:<9} releases: unlocked {}, not held {}, guard dropped {}; unlock errors {}",
+            "",
             c.unlocked,
             c.unlock_not_held,
-            c.unlock_failed,
-            c.dropped
+            c.dropped,
+            tally(&c.unlock_failed)
         );
         println!(
             "  {:<9} fenced writes: {} accepted, {} refused, {} failed",
@@ -251,6 +246,18 @@ pub fn summary(
             "FAILED"
         }
     );
+}
+
+/// `no quorum 3 (first: ...), ...`, or `none`.
+fn tally(errors: &BTreeMap<&'static str, (u64, String)>) -> String {
+    if errors.is_empty() {
+        return "none".to_owned();
+    }
+    let each: Vec<String> = errors
+        .iter()
+        .map(|(what, (n, first))| format!("{what} {n} (first: {first})"))
+        .collect();
+    each.join(", ")
 }
 
 fn print_class(title: &str, violations: &[Violation], per_rule: usize) {

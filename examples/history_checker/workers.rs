@@ -56,7 +56,8 @@ pub struct Counts {
     pub ended_early: u64,
     pub unlocked: u64,
     pub unlock_not_held: u64,
-    pub unlock_failed: u64,
+    /// Unlock errors other than "not held", by kind, with the first message.
+    pub unlock_failed: BTreeMap<&'static str, (u64, String)>,
     pub dropped: u64,
     pub writes_accepted: u64,
     pub writes_refused: u64,
@@ -312,7 +313,7 @@ impl Worker {
             self.count(|c| match result {
                 Ok(()) => c.unlocked += 1,
                 Err(Error::NotHeld { .. }) => c.unlock_not_held += 1,
-                Err(_) => c.unlock_failed += 1,
+                Err(err) => tally(&mut c.unlock_failed, &err),
             });
         } else {
             drop(guard);
@@ -374,7 +375,15 @@ async fn acquire<L: DistributedLock>(lock: &L, how: How) -> Result<Option<Guard>
     }
 }
 
-/// A short name for an acquire error.
+/// Counts `err` under its kind, keeping the first message of each kind.
+fn tally(errors: &mut BTreeMap<&'static str, (u64, String)>, err: &Error) {
+    errors
+        .entry(error_kind(err))
+        .or_insert_with(|| (0, err.to_string()))
+        .0 += 1;
+}
+
+/// A short name for an error.
 fn error_kind(err: &Error) -> &'static str {
     match err {
         Error::NoQuorum(_) => "no quorum",
