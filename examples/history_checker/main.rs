@@ -180,8 +180,13 @@ async fn main() -> ExitCode {
         }
     };
     // Returning (rather than `process::exit`) drops the runtime, its tasks
-    // and the servers they own: no redis-server outlives the run.
-    match run(settings).await {
+    // and the servers they own: no redis-server outlives the run, even one
+    // interrupted by SIGINT or SIGTERM.
+    let outcome = tokio::select! {
+        outcome = run(settings) => outcome,
+        signal = interrupted() => Err(format!("interrupted by {signal}").into()),
+    };
+    match outcome {
         Ok(verdict) => ExitCode::from(verdict.exit_code()),
         Err(err) => {
             eprintln!("history_checker failed: {err}");
@@ -349,6 +354,21 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     );
     drop((healed, store_server));
     Ok(verdict)
+}
+
+/// Resolves on SIGINT or SIGTERM, with the signal's name.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
 
 /// A node handle per URL, for one client.

@@ -12,7 +12,7 @@ use multilock::{Client, DistributedLock, Error, Guard, MultiLock, Node, Owner, R
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 
 use crate::{LEASE, MULTI_NAMES, NODE_TIMEOUT, RED_NAMES};
 
@@ -333,18 +333,24 @@ async fn attempt(lock: AnyLock, how: How, cut: Option<(Cut, Duration)>) -> Outco
         Some((_, after)) => {
             let mut task = AbortOnDrop(tokio::spawn(async move { lock.acquire(how).await }));
             tokio::select! {
-                joined = &mut task.0 => joined.expect("the acquire task panicked").into(),
+                result = &mut task.0 => joined(result),
                 _ = tokio::time::sleep(after) => {
                     task.0.abort();
-                    match (&mut task.0).await {
-                        // It finished before the abort landed.
-                        Ok(result) => result.into(),
-                        Err(err) if err.is_cancelled() => Outcome::Cut(Cut::Abort),
-                        Err(err) => panic!("the acquire task panicked: {err}"),
-                    }
+                    // Ok if it finished before the abort landed.
+                    joined((&mut task.0).await)
                 }
             }
         }
+    }
+}
+
+/// The outcome of an acquire run in a task of its own: cancelled by our
+/// abort (or by the runtime shutting down), or as it returned.
+fn joined(result: std::result::Result<Result<Option<Guard>>, JoinError>) -> Outcome {
+    match result {
+        Ok(result) => result.into(),
+        Err(err) if err.is_cancelled() => Outcome::Cut(Cut::Abort),
+        Err(err) => std::panic::resume_unwind(err.into_panic()),
     }
 }
 
