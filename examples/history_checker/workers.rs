@@ -1,0 +1,402 @@
+//! The workers: each takes locks of one kind over and over, on a random
+//! name, in a random way, sometimes cut off mid-acquire; while it holds, it
+//! writes its fencing token to the name's fenced store as long as the guard
+//! says it is valid; every hold and write goes into the history.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use multilock::testkit::{FencedStore, History};
+use multilock::{Client, DistributedLock, Error, Guard, MultiLock, Node, Owner, RedLock, Result};
+use rand::RngExt;
+use rand::rngs::StdRng;
+use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
+
+use crate::{LEASE, MULTI_NAMES, NODE_TIMEOUT, RED_NAMES};
+
+/// The kind of lock a worker takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Red,
+    Multi,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Red, Kind::Multi];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Red => "RedLock",
+            Kind::Multi => "MultiLock",
+        }
+    }
+}
+
+/// The key of lock `name`'s fenced store.
+pub fn store_key(name: &str) -> String {
+    format!("store:{name}")
+}
+
+/// What the workers of one kind did, for the report.
+#[derive(Debug, Default, Clone)]
+pub struct Counts {
+    pub acquired: u64,
+    pub acquired_fenced: u64,
+    /// A bounded wait that ended without the lock.
+    pub not_granted: u64,
+    /// Acquire errors by kind, with the first message of each.
+    pub errors: BTreeMap<&'static str, (u64, String)>,
+    /// Acquires cut off: by a timeout, by aborting their task, by the stop.
+    pub cut_timeout: u64,
+    pub cut_abort: u64,
+    pub cut_stop: u64,
+    /// Holds that ended before planned: validity over, or `lost()`.
+    pub ended_early: u64,
+    pub unlocked: u64,
+    pub unlock_not_held: u64,
+    /// Unlock errors other than "not held", by kind, with the first message.
+    pub unlock_failed: BTreeMap<&'static str, (u64, String)>,
+    pub dropped: u64,
+    pub writes_accepted: u64,
+    pub writes_refused: u64,
+    pub write_errors: u64,
+}
+
+/// The workers' counts, per kind; shared by every worker.
+#[derive(Debug, Default)]
+pub struct Stats(Mutex<BTreeMap<Kind, Counts>>);
+
+impl Stats {
+    fn update(&self, kind: Kind, update: impl FnOnce(&mut Counts)) {
+        update(self.0.lock().unwrap().entry(kind).or_default());
+    }
+
+    /// The counts of one kind so far.
+    pub fn of(&self, kind: Kind) -> Counts {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&kind)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// What every worker shares.
+pub struct Shared {
+    pub history: Arc<History>,
+    pub stats: Arc<Stats>,
+    pub store_url: String,
+}
+
+/// A RedLock or a MultiLock.
+#[derive(Clone)]
+enum AnyLock {
+    Red(RedLock),
+    Multi(MultiLock),
+}
+
+/// One name a worker locks.
+struct Target {
+    lock: AnyLock,
+    store: Option<FencedStore>,
+}
+
+/// How an acquire is made; `Some(lease)` or the watchdog.
+#[derive(Debug, Clone, Copy)]
+enum How {
+    Lock(Option<Duration>),
+    TryFor(Duration, Option<Duration>),
+}
+
+/// How an acquire is cut off.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    Timeout,
+    Abort,
+    Stop,
+}
+
+enum Outcome {
+    Granted(Guard),
+    NotGranted,
+    Failed(Error),
+    Cut(Cut),
+}
+
+impl From<Result<Option<Guard>>> for Outcome {
+    fn from(result: Result<Option<Guard>>) -> Outcome {
+        match result {
+            Ok(Some(guard)) => Outcome::Granted(guard),
+            Ok(None) => Outcome::NotGranted,
+            Err(err) => Outcome::Failed(err),
+        }
+    }
+}
+
+/// One worker: a client, an owner of its own, the locks of one kind.
+pub struct Worker {
+    kind: Kind,
+    label: String,
+    targets: Vec<Target>,
+    shared: Arc<Shared>,
+    rng: StdRng,
+}
+
+impl Worker {
+    pub fn new(
+        client: &Client,
+        red_nodes: &[Node],
+        multi_nodes: &[Node],
+        kind: Kind,
+        label: String,
+        shared: Arc<Shared>,
+        rng: StdRng,
+    ) -> Result<Worker> {
+        // An explicit owner: an acquire may run in a task of its own (to be
+        // aborted), and the guard outlives that task.
+        let owner = Owner::new(format!("hc-{label}"))?;
+        let names: &[(&'static str, bool)] = match kind {
+            Kind::Red => &RED_NAMES,
+            Kind::Multi => &MULTI_NAMES,
+        };
+        let mut targets = Vec::new();
+        for &(name, fenced) in names {
+            let lock = match kind {
+                Kind::Red => {
+                    let lock = client
+                        .red_lock_on(red_nodes, name)?
+                        .with_owner(owner.clone());
+                    AnyLock::Red(if fenced { lock.with_fencing() } else { lock })
+                }
+                Kind::Multi => {
+                    let lock = client
+                        .multi_lock_on(multi_nodes, name)?
+                        .with_owner(owner.clone())
+                        .with_node_timeout(NODE_TIMEOUT)?;
+                    AnyLock::Multi(if fenced { lock.with_fencing() } else { lock })
+                }
+            };
+            let store = fenced.then(|| FencedStore::new(&shared.store_url, store_key(name)));
+            targets.push(Target { lock, store });
+        }
+        Ok(Worker {
+            kind,
+            label,
+            targets,
+            shared,
+            rng,
+        })
+    }
+
+    /// Acquires and holds until `stop`; a hold under way when it comes is
+    /// finished and released.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            let target = self.rng.random_range(0..self.targets.len());
+            let how = self.pick_how();
+            let cut = self.pick_cut();
+            let lock = self.targets[target].lock.clone();
+            let outcome = tokio::select! {
+                outcome = attempt(lock, how, cut) => outcome,
+                _ = stop.wait_for(|stopped| *stopped) => Outcome::Cut(Cut::Stop),
+            };
+            match outcome {
+                Outcome::Granted(guard) => self.hold(target, guard).await,
+                Outcome::NotGranted => self.count(|c| c.not_granted += 1),
+                Outcome::Failed(err) => {
+                    let kind = error_kind(&err);
+                    self.count(|c| {
+                        c.errors
+                            .entry(kind)
+                            .or_insert_with(|| (0, err.to_string()))
+                            .0 += 1;
+                    });
+                    // A failed bounded wait: don't spin.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Outcome::Cut(Cut::Timeout) => self.count(|c| c.cut_timeout += 1),
+                Outcome::Cut(Cut::Abort) => self.count(|c| c.cut_abort += 1),
+                Outcome::Cut(Cut::Stop) => self.count(|c| c.cut_stop += 1),
+            }
+        }
+    }
+
+    fn count(&self, update: impl FnOnce(&mut Counts)) {
+        self.shared.stats.update(self.kind, update);
+    }
+
+    /// `lock()` or a bounded wait; a fixed lease or the watchdog.
+    fn pick_how(&mut self) -> How {
+        let lease = self.rng.random_bool(0.6).then_some(LEASE);
+        if self.rng.random_bool(0.5) {
+            How::Lock(lease)
+        } else {
+            let wait = Duration::from_millis(self.rng.random_range(200..3_000));
+            How::TryFor(wait, lease)
+        }
+    }
+
+    /// A fifth of the acquires are cut off after 1–80 ms.
+    fn pick_cut(&mut self) -> Option<(Cut, Duration)> {
+        let after = Duration::from_millis(self.rng.random_range(1..80));
+        match self.rng.random_range(0..100) {
+            0..12 => Some((Cut::Timeout, after)),
+            12..20 => Some((Cut::Abort, after)),
+            _ => None,
+        }
+    }
+
+    /// Mostly short holds, some long ones (the watchdog renews those).
+    fn pick_hold(&mut self) -> Duration {
+        let ms = match self.rng.random_range(0..100) {
+            0..85 => self.rng.random_range(1..50),
+            85..97 => self.rng.random_range(50..500),
+            _ => self.rng.random_range(1_000..4_000),
+        };
+        Duration::from_millis(ms)
+    }
+
+    /// Holds for a while, writing the token while the guard is valid, then
+    /// unlocks (or drops the guard).
+    async fn hold(&mut self, target: usize, guard: Guard) {
+        let history = self.shared.history.clone();
+        let id = history.granted(&guard, self.kind.label(), &self.label);
+        let fenced = guard.fencing_token().is_some();
+        self.count(|c| {
+            c.acquired += 1;
+            c.acquired_fenced += u64::from(fenced);
+        });
+        let end = Instant::now() + self.pick_hold();
+        loop {
+            let valid_until = guard.valid_until();
+            history.observed(id, valid_until);
+            if valid_until.is_none_or(|v| Instant::now() >= v) {
+                self.count(|c| c.ended_early += 1);
+                break;
+            }
+            if let (Some(store), Some(token)) = (&self.targets[target].store, guard.fencing_token())
+            {
+                let sent = Instant::now();
+                match store.write(token, &self.label).await {
+                    Ok(accepted) => {
+                        history.wrote(id, token, sent, accepted);
+                        self.count(|c| {
+                            if accepted {
+                                c.writes_accepted += 1;
+                            } else {
+                                c.writes_refused += 1;
+                            }
+                        });
+                    }
+                    Err(_) => self.count(|c| c.write_errors += 1),
+                }
+            }
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            let nap = (end - now).min(Duration::from_millis(self.rng.random_range(20..150)));
+            tokio::select! {
+                _ = tokio::time::sleep(nap) => {}
+                _ = guard.lost() => {
+                    self.count(|c| c.ended_early += 1);
+                    break;
+                }
+            }
+        }
+        history.released(id);
+        if self.rng.random_bool(0.85) {
+            let result = guard.unlock().await;
+            self.count(|c| match result {
+                Ok(()) => c.unlocked += 1,
+                Err(Error::NotHeld { .. }) => c.unlock_not_held += 1,
+                Err(err) => tally(&mut c.unlock_failed, &err),
+            });
+        } else {
+            drop(guard);
+            self.count(|c| c.dropped += 1);
+        }
+    }
+}
+
+/// One acquire, cut off as `cut` says.
+async fn attempt(lock: AnyLock, how: How, cut: Option<(Cut, Duration)>) -> Outcome {
+    match cut {
+        None => lock.acquire(how).await.into(),
+        Some((Cut::Timeout, after)) => match tokio::time::timeout(after, lock.acquire(how)).await {
+            Ok(result) => result.into(),
+            Err(_) => Outcome::Cut(Cut::Timeout),
+        },
+        Some((_, after)) => {
+            let mut task = AbortOnDrop(tokio::spawn(async move { lock.acquire(how).await }));
+            tokio::select! {
+                result = &mut task.0 => joined(result),
+                _ = tokio::time::sleep(after) => {
+                    task.0.abort();
+                    // Ok if it finished before the abort landed.
+                    joined((&mut task.0).await)
+                }
+            }
+        }
+    }
+}
+
+/// The outcome of an acquire run in a task of its own: cancelled by our
+/// abort (or by the runtime shutting down), or as it returned.
+fn joined(result: std::result::Result<Result<Option<Guard>>, JoinError>) -> Outcome {
+    match result {
+        Ok(result) => result.into(),
+        Err(err) if err.is_cancelled() => Outcome::Cut(Cut::Abort),
+        Err(err) => std::panic::resume_unwind(err.into_panic()),
+    }
+}
+
+/// A task aborted when its handle is dropped: an acquire cut off by the
+/// stop must not live on.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl AnyLock {
+    async fn acquire(&self, how: How) -> Result<Option<Guard>> {
+        match self {
+            AnyLock::Red(lock) => acquire(lock, how).await,
+            AnyLock::Multi(lock) => acquire(lock, how).await,
+        }
+    }
+}
+
+async fn acquire<L: DistributedLock>(lock: &L, how: How) -> Result<Option<Guard>> {
+    match how {
+        How::Lock(None) => lock.lock().await.map(Some),
+        How::Lock(Some(lease)) => lock.lock_with_lease(lease).await.map(Some),
+        How::TryFor(wait, lease) => lock.try_lock_for(wait, lease).await,
+    }
+}
+
+/// Counts `err` under its kind, keeping the first message of each kind.
+fn tally(errors: &mut BTreeMap<&'static str, (u64, String)>, err: &Error) {
+    errors
+        .entry(error_kind(err))
+        .or_insert_with(|| (0, err.to_string()))
+        .0 += 1;
+}
+
+/// A short name for an error.
+fn error_kind(err: &Error) -> &'static str {
+    match err {
+        Error::NoQuorum(_) => "no quorum",
+        Error::NodeUnavailable { .. } => "node unavailable",
+        Error::NotHeld { .. } => "not held",
+        Error::InvalidArgument(_) => "invalid argument",
+        Error::Redis { .. } => "redis",
+        _ => "other",
+    }
+}
