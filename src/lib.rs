@@ -9,6 +9,7 @@ mod distributed_lock;
 mod error;
 mod finish_on_drop;
 mod guard;
+mod metrics;
 mod node;
 mod owner;
 mod protocol;

@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::metrics;
 use crate::node::Node;
 use crate::protocol;
 use crate::timing;
@@ -225,6 +226,7 @@ impl NodeWatchdog {
             // The field was absent when this grant ran: whatever this entry
             // held is over, and its guards must not release the new hold.
             tracing::debug!(lock = %key.0, "a fresh grant proves an older hold over");
+            metrics::lost_hold(self.node.addr());
             if let Some(stale) = entries.by_lock.remove(&key) {
                 stale.standing.send_modify(|s| s.gone = true);
             }
@@ -319,6 +321,7 @@ impl NodeWatchdog {
                 self.timeout,
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
+            metrics::renewal(self.node.addr());
             let result = self
                 .node
                 .run_despite_suspicion(&renew)
@@ -335,6 +338,7 @@ impl NodeWatchdog {
                         if !ok {
                             if let Some(entry) = entries.by_lock.remove(*key) {
                                 tracing::warn!(lock = %key.0, "lock found gone during renewal");
+                                metrics::lost_hold(self.node.addr());
                                 entry.standing.send_modify(|s| s.gone = true);
                             }
                         } else if let Some(entry) = entries.by_lock.get(*key) {

@@ -102,6 +102,7 @@ impl HealthState {
             *since = Some(Instant::now());
             self.suspect.store(true, Ordering::Relaxed);
         }
+        crate::metrics::health_changed(&self.addr, true);
         match why {
             Why::Failed => {
                 tracing::warn!(node = %self.addr, "node suspect: a request timed out or was refused; requests to it fail at once until it answers a probe")
@@ -130,6 +131,7 @@ impl HealthState {
             since.take()
         };
         if let Some(since) = since {
+            crate::metrics::health_changed(&self.addr, false);
             tracing::info!(node = %self.addr, suspect_for_ms = since.elapsed().as_millis() as u64, "node answers again");
         }
     }

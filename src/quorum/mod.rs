@@ -113,7 +113,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             })
         })?;
         Ok(QuorumLock {
-            locks: locks.into(),
+            locks: locks.iter().map(|lock| lock.as_part_of(P::LABEL)).collect(),
             owner: None,
             node_timeout: DEFAULT_NODE_TIMEOUT,
             policy: PhantomData,

@@ -16,6 +16,9 @@ pub trait QuorumPolicy: sealed::Sealed + Send + Sync + 'static {
     /// The name used in logs and errors.
     const NAME: &'static str;
 
+    /// The `kind` label of its metrics (feature `metrics`).
+    const LABEL: &'static str;
+
     /// Whether every part must be on its own server. A majority assumes
     /// independent masters; an all-grant lock may put several keys on one.
     const INDEPENDENT_SERVERS: bool;
@@ -37,6 +40,7 @@ impl sealed::Sealed for Majority {}
 
 impl QuorumPolicy for All {
     const NAME: &'static str = "MultiLock";
+    const LABEL: &'static str = "multi_lock";
     const INDEPENDENT_SERVERS: bool = false;
 
     fn required(parts: usize) -> usize {
@@ -46,6 +50,7 @@ impl QuorumPolicy for All {
 
 impl QuorumPolicy for Majority {
     const NAME: &'static str = "RedLock";
+    const LABEL: &'static str = "red_lock";
     const INDEPENDENT_SERVERS: bool = true;
 
     fn required(parts: usize) -> usize {

@@ -24,6 +24,7 @@ use super::policy;
 use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::guard::{Guard, LateParts, Shape};
+use crate::metrics;
 use crate::node::Node;
 use crate::owner::Owner;
 use crate::single::{Attempt, HeldPart, Lock};
@@ -47,10 +48,18 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             owner = %owner
         );
         async {
-            let outcome = self.wait_for_quorum(&owner, lease, deadline).await;
-            let elapsed_us = started.elapsed().as_micros() as u64;
+            let mut first_lost = None;
+            let outcome = self
+                .wait_for_quorum(&owner, lease, deadline, &mut first_lost)
+                .await;
+            let elapsed = started.elapsed();
+            let elapsed_us = elapsed.as_micros() as u64;
             match &outcome {
-                Ok(Some(guard)) => tracing::debug!(elapsed_us, held = ?guard.nodes(), "acquired"),
+                Ok(Some(guard)) => {
+                    tracing::debug!(elapsed_us, held = ?guard.nodes(), "acquired");
+                    let waited = first_lost.map(|at: Instant| at.elapsed());
+                    metrics::acquired(P::LABEL, None, elapsed, waited);
+                }
                 Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
             }
@@ -64,16 +73,20 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// until granted or past the deadline. A round lost to failures that no
     /// retry can mend (bad input, a permanent error on too many nodes) ends
     /// the wait at once.
+    /// `first_lost`: set when the first round is lost (the wait that
+    /// follows is measured from there).
     async fn wait_for_quorum(
         &self,
         owner: &Owner,
         lease: Option<Duration>,
         deadline: Instant,
+        first_lost: &mut Option<Instant>,
     ) -> Result<Option<Guard>> {
         let mut lost = match self.round(owner, lease).await? {
             Round::Won(guard) => return Ok(Some(guard)),
             Round::Lost(lost) => lost,
         };
+        *first_lost = Some(Instant::now());
         if Instant::now() >= deadline || lost.is_permanent(self) {
             return self.give_up(lost);
         }

@@ -14,6 +14,7 @@ use super::{HeldPart, Lock};
 use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
+use crate::metrics;
 use crate::node::Conn;
 use crate::owner::Owner;
 use crate::protocol::{self, Acquired};
@@ -47,10 +48,23 @@ impl Lock {
         let deadline = wait.map(|w| timing::deadline(started, w));
         let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
         async move {
-            let outcome = self.wait_for_grant(&owner, lease, deadline).await;
-            let elapsed_us = started.elapsed().as_micros() as u64;
+            let mut first_taken = None;
+            let outcome = self
+                .wait_for_grant(&owner, lease, deadline, &mut first_taken)
+                .await;
+            let elapsed = started.elapsed();
+            let elapsed_us = elapsed.as_micros() as u64;
             match &outcome {
-                Ok(Some(_)) => tracing::debug!(elapsed_us, "acquired"),
+                Ok(Some(_)) => {
+                    tracing::debug!(elapsed_us, "acquired");
+                    let waited = first_taken.map(|at: Instant| at.elapsed());
+                    metrics::acquired(
+                        self.inner.kind,
+                        Some(self.inner.node.addr()),
+                        elapsed,
+                        waited,
+                    );
+                }
                 Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
             }
@@ -64,18 +78,22 @@ impl Lock {
     /// message, or the holder's TTL) until granted or past the deadline.
     /// With a deadline, every attempt ends by it: a node that does not
     /// answer cannot stretch the wait by its connect and reply timeouts.
+    /// `first_taken`: set when an attempt first finds the lock held by
+    /// someone else (the wait that follows is measured from there).
     async fn wait_for_grant(
         &self,
         owner: &Owner,
         lease: Option<Duration>,
         deadline: Option<Instant>,
+        first_taken: &mut Option<Instant>,
     ) -> Result<Option<HeldPart>> {
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
         match self.attempt_by(owner, lease, first_bound).await? {
             Some(Attempt::Granted(part)) => return Ok(Some(part)),
-            Some(Attempt::Taken(_) | Attempt::Expired) => {}
+            Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
+            Some(Attempt::Expired) => {}
             None => return Err(self.no_answer()),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -97,7 +115,10 @@ impl Lock {
             woken.as_mut().enable();
             let ttl = match self.attempt_by(owner, lease, deadline).await? {
                 Some(Attempt::Granted(part)) => return Ok(Some(part)),
-                Some(Attempt::Taken(ttl)) => ttl,
+                Some(Attempt::Taken(ttl)) => {
+                    first_taken.get_or_insert_with(Instant::now);
+                    ttl
+                }
                 Some(Attempt::Expired) => Some(Duration::ZERO),
                 // The wait ran out with this attempt in flight; the node
                 // answered before (taken), so: not acquired within the wait.
@@ -158,6 +179,19 @@ impl Lock {
             .send_acquire(field.clone(), hold_id.clone(), lease, sent_at);
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
         let may_hold = sent.may_hold();
+        let outcome = match &sent.reply {
+            Ok(Acquired::Granted(grant))
+                if timing::validity(grant.ttl, sent.replied_at - sent_at).is_some() =>
+            {
+                Some(metrics::AttemptOutcome::Granted)
+            }
+            Ok(Acquired::Taken(_)) => Some(metrics::AttemptOutcome::Taken),
+            Ok(Acquired::Cancelled) => None,
+            _ => Some(metrics::AttemptOutcome::Failed),
+        };
+        if let Some(outcome) = outcome {
+            metrics::attempt(self.inner.kind, self.inner.node.addr(), outcome);
+        }
         match sent.reply {
             Ok(Acquired::Granted(grant))
                 if timing::validity(grant.ttl, sent.replied_at - sent_at).is_none() =>

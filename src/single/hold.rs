@@ -14,6 +14,7 @@ use tracing::Instrument;
 use super::Lock;
 use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
+use crate::metrics;
 use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
 use crate::timing;
@@ -43,6 +44,7 @@ impl HeldPart {
         registration: Registration,
         token: Option<u64>,
     ) -> Self {
+        metrics::held(lock.kind(), lock.node().addr(), 1.0);
         HeldPart {
             lock,
             field,
@@ -75,6 +77,9 @@ impl HeldPart {
     /// anything is sent: no renewal may follow.
     fn release_job(&mut self) -> impl Future<Output = Result<Released>> + Send + 'static + use<> {
         let registration = self.registration.take();
+        if registration.is_some() {
+            metrics::held(self.lock.kind(), self.node_addr(), -1.0);
+        }
         // A hold that is over (gone, or its key's TTL surely ran out) sends
         // nothing: its field, if present, belongs to a later hold of the
         // same owner, which a release would lower.
@@ -90,6 +95,7 @@ impl HeldPart {
             if let Some(watchdog) = watchdog {
                 watchdog.quiesce().await;
             }
+            metrics::released(lock.kind(), lock.node().addr());
             lock.release_hold(&field, &hold_id).await
         }
     }

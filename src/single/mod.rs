@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::metrics;
 use crate::node::Node;
 use crate::owner::Owner;
 use crate::protocol::{self, Fencing, LockKeys};
@@ -80,6 +81,9 @@ struct LockInner {
     fencing: Fencing,
     /// How long a hold may be kept by renewal alone (`None`: no limit).
     max_hold: Option<Duration>,
+    /// What its metrics call it: a lock of its own, or a part of which
+    /// quorum lock.
+    kind: metrics::Kind,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
 }
@@ -97,6 +101,7 @@ impl Lock {
                 keys: LockKeys::new(&name),
                 fencing: Fencing::Off,
                 max_hold,
+                kind: metrics::SINGLE,
                 replica_sync: None,
             }),
             owner: None,
@@ -273,6 +278,17 @@ impl Lock {
     /// True when fencing tokens are on.
     pub fn is_fenced(&self) -> bool {
         self.inner.fencing != Fencing::Off
+    }
+
+    /// This lock as a part of a multi-node lock of `kind`, as its metrics
+    /// say.
+    pub(crate) fn as_part_of(&self, kind: metrics::Kind) -> Lock {
+        self.rebuilt(|inner| inner.kind = kind)
+    }
+
+    /// The kind its metrics give it.
+    pub(crate) fn kind(&self) -> metrics::Kind {
+        self.inner.kind
     }
 
     /// This lock as a part of a fenced multi-node lock: its grants INCR the

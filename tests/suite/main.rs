@@ -9,6 +9,8 @@ mod degraded;
 mod auth;
 mod errors;
 mod failover;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod node_failure;
 mod redlock;
 mod reentrancy;

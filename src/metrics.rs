@@ -1,0 +1,128 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade (feature
+//! `metrics`): an application installs any recorder (Prometheus, StatsD,
+//! ...) and gets these. Without the feature every function here is empty
+//! and compiles away.
+//!
+//! Labels are the lock kind (`kind`: `lock`, `multi_lock`, `red_lock`) and
+//! the node's address (`node`, `host:port`), never the lock's name: names
+//! are unbounded (a lock per order, per user), and a label per name would
+//! grow the recorder without limit.
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `multilock_acquire_seconds` | histogram | kind (node) | how long an acquire that got the lock took |
+//! | `multilock_wait_seconds` | histogram | kind (node) | of that, the time from first finding it held by someone else to the grant |
+//! | `multilock_attempts_total` | counter | kind, node | acquire requests sent to a node |
+//! | `multilock_contended_attempts_total` | counter | kind, node | of those, found held by someone else |
+//! | `multilock_grants_total` | counter | kind, node | of those, granted |
+//! | `multilock_releases_total` | counter | kind, node | releases sent |
+//! | `multilock_renewals_total` | counter | node | renewal calls (one renews up to 500 holds) |
+//! | `multilock_lost_holds_total` | counter | node | holds found gone (a renewal, or a later grant, proved them over) |
+//! | `multilock_node_health_changes_total` | counter | node, state | a node became `suspect`, or `healthy` again |
+//! | `multilock_held` | gauge | kind, node | holds this process has now |
+//!
+//! (node): single-node locks only; a multi-node acquire has no one node.
+//!
+//! deadpool reports its pool by a status you read
+//! (`Pool::status()`); this crate pushes events to whatever recorder the
+//! application runs, and offers the one state worth reading directly,
+//! [`Node::health`](crate::Node::health).
+
+use std::time::Duration;
+
+/// The `kind` label of a lock: `lock` for a single-node [`Lock`], else its
+/// quorum policy's [`LABEL`](crate::QuorumPolicy::LABEL).
+///
+/// [`Lock`]: crate::Lock
+pub(crate) type Kind = &'static str;
+
+/// The kind of a single-node lock.
+pub(crate) const SINGLE: Kind = "lock";
+
+/// The outcome of one acquire request sent to a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptOutcome {
+    Granted,
+    Taken,
+    /// Failed, timed out, or read too late.
+    Failed,
+}
+
+#[cfg(feature = "metrics")]
+mod recorded {
+    use super::*;
+
+    pub(crate) fn attempt(kind: Kind, node: &str, outcome: AttemptOutcome) {
+        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
+        metrics::counter!("multilock_attempts_total", &labels).increment(1);
+        match outcome {
+            AttemptOutcome::Granted => {
+                metrics::counter!("multilock_grants_total", &labels).increment(1)
+            }
+            AttemptOutcome::Taken => {
+                metrics::counter!("multilock_contended_attempts_total", &labels).increment(1)
+            }
+            AttemptOutcome::Failed => {}
+        }
+    }
+
+    pub(crate) fn acquired(
+        kind: Kind,
+        node: Option<&str>,
+        took: Duration,
+        waited: Option<Duration>,
+    ) {
+        let mut labels = vec![("kind", kind.to_owned())];
+        if let Some(node) = node {
+            labels.push(("node", node.to_owned()));
+        }
+        metrics::histogram!("multilock_acquire_seconds", &labels).record(took.as_secs_f64());
+        if let Some(waited) = waited {
+            metrics::histogram!("multilock_wait_seconds", &labels).record(waited.as_secs_f64());
+        }
+    }
+
+    pub(crate) fn held(kind: Kind, node: &str, change: f64) {
+        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
+        metrics::gauge!("multilock_held", &labels).increment(change);
+    }
+
+    pub(crate) fn released(kind: Kind, node: &str) {
+        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
+        metrics::counter!("multilock_releases_total", &labels).increment(1);
+    }
+
+    pub(crate) fn renewal(node: &str) {
+        metrics::counter!("multilock_renewals_total", "node" => node.to_owned()).increment(1);
+    }
+
+    pub(crate) fn lost_hold(node: &str) {
+        metrics::counter!("multilock_lost_holds_total", "node" => node.to_owned()).increment(1);
+    }
+
+    pub(crate) fn health_changed(node: &str, suspect: bool) {
+        let state = if suspect { "suspect" } else { "healthy" };
+        metrics::counter!(
+            "multilock_node_health_changes_total",
+            "node" => node.to_owned(),
+            "state" => state
+        )
+        .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::missing_const_for_fn)]
+mod recorded {
+    use super::*;
+
+    pub(crate) fn attempt(_: Kind, _: &str, _: AttemptOutcome) {}
+    pub(crate) fn acquired(_: Kind, _: Option<&str>, _: Duration, _: Option<Duration>) {}
+    pub(crate) fn held(_: Kind, _: &str, _: f64) {}
+    pub(crate) fn released(_: Kind, _: &str) {}
+    pub(crate) fn renewal(_: &str) {}
+    pub(crate) fn lost_hold(_: &str) {}
+    pub(crate) fn health_changed(_: &str, _: bool) {}
+}
+
+pub(crate) use recorded::*;

@@ -1,0 +1,183 @@
+//! Metrics (feature `metrics`): a scripted sequence of grants, contention,
+//! a wait, renewals, releases, a lost hold and a suspect node, checked
+//! against what a recorder received.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+use crate::common::*;
+use multilock::testkit::TestServer;
+use multilock::{Client, Health};
+
+/// The process's recorder (one per process, as the facade allows).
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("no other recorder in the suite");
+        snapshotter
+    })
+}
+
+/// What was recorded for `node` (other tests' nodes left out), by metric
+/// name and labels other than `node`.
+fn recorded_for(node: &str) -> HashMap<String, DebugValue> {
+    snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            key.key()
+                .labels()
+                .any(|l| l.key() == "node" && l.value() == node)
+        })
+        .map(|(key, _, _, value)| {
+            let mut labels: Vec<String> = key
+                .key()
+                .labels()
+                .filter(|l| l.key() != "node")
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            (
+                format!("{}{{{}}}", key.key().name(), labels.join(",")),
+                value,
+            )
+        })
+        .collect()
+}
+
+fn counter(recorded: &HashMap<String, DebugValue>, metric: &str) -> u64 {
+    match recorded.get(metric) {
+        Some(DebugValue::Counter(n)) => *n,
+        None => 0,
+        other => panic!("{metric} is {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_scripted_sequence_is_recorded() {
+    snapshotter();
+    let mut server = server().await;
+    let node = node(&server);
+    let addr = addr(&server);
+    let watchdog = Duration::from_millis(600);
+    let a = client_with_watchdog(watchdog)
+        .lock(&node, "metered")
+        .unwrap();
+    let b = client_with_watchdog(watchdog)
+        .lock(&node, "metered")
+        .unwrap();
+
+    // A takes it; B finds it taken, then waits for it.
+    let held = a.lock().await.unwrap();
+    assert!(b.try_lock().await.unwrap().is_none());
+    let waiter = tokio::spawn(async move {
+        b.try_lock_for(PATIENCE, None)
+            .await
+            .unwrap()
+            .expect("granted once A lets go")
+    });
+    wait_for_listeners(&server.url(), "metered", 1).await;
+    held.unlock().await.unwrap();
+    let b_held = waiter.await.unwrap();
+    // B is renewed at least once, then releases.
+    tokio::time::sleep(watchdog).await;
+    b_held.unlock().await.unwrap();
+
+    // C's hold is taken away: the renewal finds it gone.
+    let c = client_with_watchdog(watchdog).lock(&node, "taken").unwrap();
+    let c_held = c.lock().await.unwrap();
+    assert!(
+        Client::new()
+            .lock(&node, "taken")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    tokio::time::timeout(PATIENCE, c_held.lost())
+        .await
+        .expect("lost");
+    drop(c_held);
+
+    // The node freezes: a request times out, it is suspect; then healthy.
+    server.pause().await.unwrap();
+    assert!(a.try_lock().await.is_err());
+    server.unpause().await.unwrap();
+    eventually(
+        PATIENCE,
+        |health: &Health| format!("still {health:?}"),
+        || async {
+            match node.health() {
+                Health::Healthy => Ok(()),
+                health => Err(health),
+            }
+        },
+    )
+    .await;
+
+    let recorded = recorded_for(&addr);
+    // Attempts: A's grant, B's refusal, B's grant(s) while waiting (B's
+    // wait may take more than one), C's grant, A's timed-out attempt.
+    let attempts = counter(&recorded, "multilock_attempts_total{kind=lock}");
+    assert!(
+        (5..=8).contains(&attempts),
+        "{attempts} attempts: {recorded:#?}"
+    );
+    assert_eq!(
+        counter(&recorded, "multilock_grants_total{kind=lock}"),
+        3,
+        "{recorded:#?}"
+    );
+    assert!(counter(&recorded, "multilock_contended_attempts_total{kind=lock}") >= 1);
+    // A and B released; C's hold was over, so nothing was sent for it.
+    assert_eq!(
+        counter(&recorded, "multilock_releases_total{kind=lock}"),
+        2,
+        "{recorded:#?}"
+    );
+    assert!(
+        counter(&recorded, "multilock_renewals_total{}") >= 1,
+        "{recorded:#?}"
+    );
+    assert_eq!(
+        counter(&recorded, "multilock_lost_holds_total{}"),
+        1,
+        "{recorded:#?}"
+    );
+    assert_eq!(
+        counter(
+            &recorded,
+            "multilock_node_health_changes_total{state=suspect}"
+        ),
+        1,
+        "{recorded:#?}"
+    );
+    assert_eq!(
+        counter(
+            &recorded,
+            "multilock_node_health_changes_total{state=healthy}"
+        ),
+        1,
+        "{recorded:#?}"
+    );
+    assert_eq!(
+        recorded.get("multilock_held{kind=lock}"),
+        Some(&DebugValue::Gauge(0.0.into())),
+        "every hold given back: {recorded:#?}"
+    );
+    match recorded.get("multilock_acquire_seconds{kind=lock}") {
+        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 3, "{samples:?}"),
+        other => panic!("acquire latency: {other:?}"),
+    }
+    match recorded.get("multilock_wait_seconds{kind=lock}") {
+        // Only B waited.
+        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 1, "{samples:?}"),
+        other => panic!("wait time: {other:?}"),
+    }
+}
