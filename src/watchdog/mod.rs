@@ -41,6 +41,11 @@ use crate::node::Node;
 use crate::protocol;
 use crate::timing;
 
+mod record;
+
+use record::Standing;
+pub(crate) use record::{GrantRecord, Record, Registration, Renewal};
+
 /// Holds renewed per script call: one call renews ~500 holds in about 3 ms
 /// of server time, during which the node runs nothing else.
 pub(crate) const RENEW_BATCH_SIZE: usize = 500;
@@ -96,21 +101,6 @@ struct Entry {
     standing: watch::Sender<Standing>,
 }
 
-/// What the client knows of one entry's key.
-#[derive(Debug, Clone, Copy)]
-struct Standing {
-    /// A renewal found the hold gone, or a fresh grant proved it over.
-    gone: bool,
-    /// Until when the key surely lives: the latest TTL set for it, counted
-    /// from when its request was sent, less clock drift.
-    trusted_until: Instant,
-    /// From when the key has surely expired, unless renewed: the latest TTL
-    /// counted from when its reply arrived, plus clock drift.
-    expired_by: Instant,
-    /// The last renewal was refused or timed out.
-    unproven: bool,
-}
-
 impl Entry {
     /// Whether a hold of this entry is still to be renewed at `now`.
     fn renews_at(&self, now: Instant) -> bool {
@@ -118,46 +108,6 @@ impl Entry {
             .iter()
             .any(|until| until.is_none_or(|until| now < until))
     }
-}
-
-/// Whether the watchdog renews a hold, and for how long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    /// A fixed lease: never renewed.
-    None,
-    /// Renewed while held, until this instant if given (a cap on how long
-    /// a holder may keep the lock by renewal alone).
-    Until(Option<Instant>),
-}
-
-/// A granted acquire, as the entry of its lock records it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct GrantRecord {
-    pub(crate) sent_at: Instant,
-    pub(crate) replied_at: Instant,
-    /// The key's TTL right after the grant.
-    pub(crate) ttl: Duration,
-    /// The owner's hold count right after the grant.
-    pub(crate) count: u64,
-}
-
-/// One hold's membership in its entry. Dropping it (or [`stop`]ping it)
-/// leaves the entry; the last hold out removes it.
-///
-/// [`stop`]: Registration::stop
-pub(crate) struct Registration {
-    record: Record,
-    renewal: Renewal,
-    stopped: bool,
-}
-
-/// What an entry says about the key of a hold, readable by anyone holding
-/// a copy; it does not keep the hold registered.
-#[derive(Clone)]
-pub(crate) struct Record {
-    dog: Arc<NodeWatchdog>,
-    key: EntryKey,
-    standing: watch::Receiver<Standing>,
 }
 
 impl Watchdogs {
@@ -382,107 +332,6 @@ impl NodeWatchdog {
         {
             by_node.remove(&self.node.id());
         }
-    }
-}
-
-impl Registration {
-    /// What the entry says about this hold.
-    pub(crate) fn record(&self) -> &Record {
-        &self.record
-    }
-
-    /// Leaves the entry (renewal stops once no hold without a lease is
-    /// left) and returns the watchdog, whose [`NodeWatchdog::quiesce`] the
-    /// release must await before it is sent.
-    pub(crate) fn stop(mut self) -> Arc<NodeWatchdog> {
-        self.leave();
-        self.record.dog.clone()
-    }
-
-    fn leave(&mut self) {
-        if std::mem::replace(&mut self.stopped, true) {
-            return;
-        }
-        let now_empty = {
-            let record = &self.record;
-            let mut entries = record.dog.entries.lock().unwrap();
-            // Only the entry this hold joined: after a loss, the same owner
-            // may hold the lock again under a fresh entry.
-            if let Some(entry) = entries.by_lock.get_mut(&record.key)
-                && record.standing.same_channel(&entry.standing.subscribe())
-            {
-                entry.holds -= 1;
-                if let Renewal::Until(until) = self.renewal
-                    && let Some(at) = entry.renew_until.iter().position(|u| *u == until)
-                {
-                    entry.renew_until.swap_remove(at);
-                }
-                if entry.holds == 0 {
-                    entries.by_lock.remove(&record.key);
-                }
-            }
-            entries.by_lock.is_empty() && entries.timer.is_none()
-        };
-        if now_empty {
-            self.record.dog.prune_if_empty();
-        }
-    }
-}
-
-impl Record {
-    /// Resolves when the hold is gone, or can no longer be proven: a renewal
-    /// found it gone, a fresh grant proved it over, the last renewal was
-    /// refused or timed out, or the key's trusted TTL ran out without a
-    /// renewal (a fixed lease ended).
-    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
-        let mut updates = self.standing.clone();
-        async move {
-            loop {
-                let standing = *updates.borrow_and_update();
-                if standing.gone || standing.unproven {
-                    return;
-                }
-                tokio::select! {
-                    // A closed channel means the entry was dropped, which
-                    // only happens once the hold is gone.
-                    changed = updates.changed() => if changed.is_err() { return },
-                    _ = tokio::time::sleep_until(standing.trusted_until) => return,
-                }
-            }
-        }
-    }
-
-    /// True once this hold is surely over: gone, or its key's TTL has surely
-    /// run out. Its field, if present again, belongs to a later hold.
-    pub(crate) fn is_over(&self) -> bool {
-        let standing = *self.standing.borrow();
-        standing.gone || Instant::now() >= standing.expired_by
-    }
-
-    /// Records that a request sent at `sent_at`, answered at `replied_at`,
-    /// left the key with `ttl` (an extension).
-    pub(crate) fn record_ttl(&self, sent_at: Instant, replied_at: Instant, ttl: Duration) {
-        let mut entries = self.dog.entries.lock().unwrap();
-        if let Some(entry) = entries.by_lock.get_mut(&self.key)
-            && self.standing.same_channel(&entry.standing.subscribe())
-        {
-            entry.standing.send_modify(|s| {
-                s.trusted_until = s.trusted_until.max(timing::trusted_until(sent_at, ttl));
-                s.expired_by = s.expired_by.max(timing::surely_expired_at(replied_at, ttl));
-            });
-        }
-    }
-
-    /// Until when the key surely lives; `None` once the hold is gone.
-    pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        let standing = *self.standing.borrow();
-        (!standing.gone).then_some(standing.trusted_until)
-    }
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        self.leave();
     }
 }
 

@@ -1,0 +1,77 @@
+//! The fencing counter: how an acquire treats it, and the raise that
+//! settles a multi-node lock's token.
+
+use std::sync::LazyLock;
+
+use redis::{FromRedisValue, Script};
+
+use super::{Call, LockKeys};
+
+/// How an acquire treats the fencing counter `redisson_lock_token:{name}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fencing {
+    /// Not fenced: the counter is not touched.
+    Off,
+    /// Redisson's fenced lock (one node): every grant INCRs the counter,
+    /// creating it at 1 when it is missing.
+    Single,
+    /// A multi-node lock: every grant INCRs the counter if it exists. A
+    /// missing counter (a node that lost its data) is not created: the
+    /// token settlement seeds it from the other nodes.
+    Quorum,
+}
+
+impl Fencing {
+    pub(super) fn arg(self) -> u8 {
+        match self {
+            Fencing::Off => 0,
+            Fencing::Single => 1,
+            Fencing::Quorum => 2,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fencing
+
+/// KEYS[1] token counter. ARGV[1] minimum.
+/// Reply: `{before (-1 when the counter was missing), after}`.
+pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
+pub(super) const RAISE_TOKEN_LUA: &str = r#"
+local before = redis.call('get', KEYS[1])
+local wanted = tonumber(ARGV[1])
+if before == false then
+    redis.call('set', KEYS[1], ARGV[1])
+    return {-1, wanted}
+end
+before = tonumber(before)
+if before < wanted then
+    redis.call('set', KEYS[1], ARGV[1])
+    return {before, wanted}
+end
+return {before, before}
+"#;
+
+/// What a raise found and left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raised {
+    /// The counter before, `None` when it was missing (never used there, or
+    /// lost with the node's data).
+    pub(crate) before: Option<u64>,
+    /// The counter after: at least the minimum asked for.
+    pub(crate) after: u64,
+}
+
+/// Raise the fencing counter of `keys` to at least `minimum` (multi-node
+/// fencing: the token's settlement).
+pub(crate) fn raise_token(keys: &LockKeys, minimum: u64) -> Call<Raised> {
+    let mut invocation = RAISE_TOKEN.key(&keys.token);
+    invocation.arg(minimum);
+    Call::script(invocation, |reply| {
+        let (before, after) = <(i64, i64)>::from_redis_value(reply)?;
+        Ok(Raised {
+            before: (before >= 0).then_some(before as u64),
+            after: after.max(0) as u64,
+        })
+    })
+}

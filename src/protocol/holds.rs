@@ -1,0 +1,288 @@
+//! The scripts of a hold's life: acquire, release (idempotent through its
+//! latch), roll back an acquire nobody received, extend, renew in batches,
+//! and force unlock. Each builder fixes its script's KEYS and ARGV.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{FromRedisValue, RedisResult, Script, Value};
+
+use super::{Acquired, Call, Fencing, Grant, LockKeys, Released};
+use crate::timing::{millis, ttl_from_pttl};
+
+/// Message published on the lock's channel when it is released.
+const UNLOCK_MESSAGE: &str = "0";
+
+/// How long a release's result stays in its latch: long enough for a
+/// retried release.
+const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
+
+// ---------------------------------------------------------------------------
+// Acquire
+
+/// KEYS[1] lock key, KEYS[2] this request's hold latch, KEYS[3] token counter.
+/// ARGV[1] lease (ms), ARGV[2] field, ARGV[3] hold latch TTL (ms), ARGV[4]
+/// fencing (0 off, 1 single: INCR and create, 2 quorum: INCR if it exists).
+///
+/// Grants when the key is absent or holds the field. A grant never shortens
+/// the key's TTL: it extends it to the lease only when less is left. The
+/// hold latch (`SET NX`) marks the request as applied for its rollback; if a
+/// rollback of this request ran first, the latch exists and the request is
+/// refused.
+///
+/// Reply: `{0, pttl}` taken; `{1, ttl after, count after, token or -1}`
+/// granted; `{-1}` cancelled by a rollback that came first.
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(super) const ACQUIRE_LUA: &str = r#"
+if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {0, redis.call('pttl', KEYS[1])}
+end
+if not redis.call('set', KEYS[2], 'granted', 'nx', 'px', ARGV[3]) then
+    return {-1}
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local lease = tonumber(ARGV[1])
+local ttl = redis.call('pttl', KEYS[1])
+if ttl < lease then
+    redis.call('pexpire', KEYS[1], lease)
+    ttl = lease
+end
+local token = -1
+if ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('exists', KEYS[3]) == 1) then
+    token = redis.call('incr', KEYS[3])
+end
+return {1, ttl, count, token}
+"#;
+
+/// Acquire `keys` for `field` with `lease`, as hold `hold_id` (a fresh
+/// [`new_request_id`]; the hold's release and rollback name it again).
+/// `latch_ttl` bounds how long a rollback of this request can tell whether
+/// it was applied.
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    field: &str,
+    lease: Duration,
+    hold_id: &str,
+    latch_ttl: Duration,
+    fencing: Fencing,
+) -> Call<Acquired> {
+    let mut invocation = ACQUIRE.key(&keys.name);
+    invocation
+        .key(keys.unlock_latch(hold_id))
+        .key(&keys.token)
+        .arg(millis(lease))
+        .arg(field)
+        .arg(millis(latch_ttl).max(1))
+        .arg(fencing.arg());
+    Call::script(invocation, |reply| {
+        let reply = Vec::<i64>::from_redis_value(reply)?;
+        Ok(match reply.as_slice() {
+            [1, ttl, count, token] => Acquired::Granted(Grant {
+                ttl: Duration::from_millis((*ttl).max(0) as u64),
+                count: (*count).max(0) as u64,
+                token: (*token >= 0).then_some(*token as u64),
+            }),
+            [0, pttl] => Acquired::Taken(ttl_from_pttl(*pttl)),
+            _ => Acquired::Cancelled,
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Release and rollback
+
+/// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch.
+/// ARGV[1] field, ARGV[2] latch TTL (ms), ARGV[3] unlock message.
+///
+/// Idempotent: the result is kept in the hold's latch (Redisson's unlock
+/// latch), so a retried release returns the first result. A release that
+/// leaves the count above zero does not touch the TTL: the holds left keep
+/// what they were granted.
+///
+/// Reply: the latched result when this release already ran; nil when the
+/// field is absent (not the holder); 0 when the count is still above zero;
+/// 1 when the key was deleted and `0` published.
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(super) const RELEASE_LUA: &str = r#"
+local latched = redis.call('get', KEYS[3])
+if latched == '0' or latched == '1' then
+    return tonumber(latched)
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    redis.call('del', KEYS[3])
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+    redis.call('set', KEYS[3], 0, 'px', ARGV[2])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[3])
+redis.call('set', KEYS[3], 1, 'px', ARGV[2])
+return 1
+"#;
+
+fn decode_released(reply: Value) -> RedisResult<Released> {
+    Ok(match Option::<i64>::from_redis_value(reply)? {
+        None => Released::NotHeld,
+        Some(0) => Released::StillHeld,
+        Some(_) => Released::Deleted,
+    })
+}
+
+/// Release hold `hold_id` of `field`, idempotently: resent, it returns the
+/// first result.
+pub(crate) fn release(keys: &LockKeys, field: &str, hold_id: &str) -> Call<Released> {
+    let mut invocation = RELEASE.key(&keys.name);
+    invocation
+        .key(&keys.channel)
+        .key(keys.unlock_latch(hold_id))
+        .arg(field)
+        .arg(UNLOCK_LATCH_TTL_MS)
+        .arg(UNLOCK_MESSAGE);
+    Call::script(invocation, decode_released)
+}
+
+/// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the request's hold latch.
+/// ARGV[1] field, ARGV[2] tombstone TTL (ms), ARGV[3] unlock message.
+///
+/// Undoes an acquire whose reply nobody received: releases one hold of the
+/// field only if that very request was granted (its latch says `granted`),
+/// so a request that never ran cannot lower another hold of the same owner.
+/// Either way the latch becomes a tombstone (`cancelled`), which refuses the
+/// request if it arrives later and makes a retried rollback do nothing.
+///
+/// Reply: nil when nothing was undone; 0 or 1 as for a release.
+pub(super) static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(ROLLBACK_LUA));
+pub(super) const ROLLBACK_LUA: &str = r#"
+local latch = redis.call('get', KEYS[3])
+redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
+if latch ~= 'granted' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[3])
+return 1
+"#;
+
+/// Roll back acquire request `hold_id` of `field`: undo it if it was
+/// granted, refuse it if it comes later. `tombstone_ttl`: at least as long
+/// as the request's latch TTL.
+pub(crate) fn rollback(
+    keys: &LockKeys,
+    field: &str,
+    hold_id: &str,
+    tombstone_ttl: Duration,
+) -> Call<Released> {
+    let mut invocation = ROLLBACK.key(&keys.name);
+    invocation
+        .key(&keys.channel)
+        .key(keys.unlock_latch(hold_id))
+        .arg(field)
+        .arg(millis(tombstone_ttl).max(1))
+        .arg(UNLOCK_MESSAGE);
+    Call::script(invocation, decode_released)
+}
+
+// ---------------------------------------------------------------------------
+// Renewal
+
+/// KEYS[i] lock key i. ARGV[1] lease (ms), ARGV[i+1] field i.
+///
+/// Each key on its own: a key that is not a hash (WRONGTYPE) counts as gone
+/// for its hold and does not stop the others (`redis.pcall`). A renewal
+/// never shortens a TTL that another hold made longer.
+///
+/// Reply: one integer per key, 1 when renewed, 0 when the hold is gone.
+pub(super) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_BATCH_LUA));
+pub(super) const RENEW_BATCH_LUA: &str = r#"
+local lease = tonumber(ARGV[1])
+local renewed = {}
+for i = 1, #KEYS do
+    local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
+    if held == 1 then
+        if redis.call('pttl', KEYS[i]) < lease then
+            redis.call('pexpire', KEYS[i], lease)
+        end
+        renewed[i] = 1
+    else
+        renewed[i] = 0
+    end
+end
+return renewed
+"#;
+
+/// Renew many holds on one node in one call (the watchdog's batch): each
+/// `(lock key, field)` keeps at least `lease` if the field is still there.
+/// Reply: one `true` (renewed) or `false` (gone) per hold, in order.
+pub(crate) fn renew_batch<'a>(
+    holds: impl IntoIterator<Item = (&'a str, &'a str)>,
+    lease: Duration,
+) -> Call<Vec<bool>> {
+    let mut invocation = RENEW_BATCH.prepare_invoke();
+    invocation.arg(millis(lease));
+    for (key, field) in holds {
+        invocation.key(key).arg(field);
+    }
+    Call::script(invocation, |reply| {
+        Ok(Vec::<i64>::from_redis_value(reply)?
+            .into_iter()
+            .map(|renewed| renewed == 1)
+            .collect())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Extend
+
+/// KEYS[1] lock key. ARGV[1] lease (ms), ARGV[2] field.
+/// Reply: the key's TTL after (at least the lease: never shortened) when
+/// the field holds it; -1 when it does not (never revived).
+pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
+pub(super) const EXTEND_LUA: &str = r#"
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return -1
+end
+local lease = tonumber(ARGV[1])
+local ttl = redis.call('pttl', KEYS[1])
+if ttl < lease then
+    redis.call('pexpire', KEYS[1], lease)
+    ttl = lease
+end
+return ttl
+"#;
+
+/// Extend `field`'s hold of `keys` to at least `lease` from now. Reply: the
+/// key's TTL after, `None` when the field no longer holds it.
+pub(crate) fn extend(keys: &LockKeys, field: &str, lease: Duration) -> Call<Option<Duration>> {
+    let mut invocation = EXTEND.key(&keys.name);
+    invocation.arg(millis(lease)).arg(field);
+    Call::script(invocation, |reply| {
+        Ok(ttl_from_pttl(i64::from_redis_value(reply)?))
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Force unlock
+
+/// KEYS[1] lock key, KEYS[2] channel. ARGV[1] unlock message.
+/// Reply: 1 when the key existed (and `0` was published), else 0.
+pub(super) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
+pub(super) const FORCE_UNLOCK_LUA: &str = r#"
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call('publish', KEYS[2], ARGV[1])
+    return 1
+end
+return 0
+"#;
+
+/// Delete the lock whoever holds it and wake its waiters. Reply: whether it
+/// existed.
+pub(crate) fn force_unlock(keys: &LockKeys) -> Call<bool> {
+    let mut invocation = FORCE_UNLOCK.key(&keys.name);
+    invocation.key(&keys.channel).arg(UNLOCK_MESSAGE);
+    Call::script(invocation, |reply| Ok(i64::from_redis_value(reply)? == 1))
+}

@@ -1,0 +1,300 @@
+//! The wire contract: Redisson's lock protocol, built in one place.
+//!
+//! The data layout is the contract shared with Java (Redisson) and Node
+//! services: the lock is a hash named after the lock, whose field
+//! `<client-uuid>:<owner>` holds the hold count; unlocks publish `0` on
+//! `redisson_lock__channel:{name}`. The scripts are our own; their behaviour
+//! is Redisson's.
+//!
+//! Every script call is built here by a function named after the operation
+//! ([`acquire`], [`release`], [`renew_batch`], ...), which fixes the KEYS and
+//! ARGV order and how the reply is decoded. Nothing else in the crate (nor
+//! the benchmark, which reaches these through `testkit::protocol`) writes a
+//! key or an argument of a lock script.
+
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
+
+use crate::timing::{millis, ttl_from_pttl};
+
+mod fencing;
+mod holds;
+
+pub(crate) use fencing::{Fencing, Raised, raise_token};
+pub(crate) use holds::{acquire, extend, force_unlock, release, renew_batch, rollback};
+
+/// One request of the protocol and how to read its reply.
+pub(crate) struct Call<R> {
+    pub(crate) request: Request,
+    decode: fn(Value) -> RedisResult<R>,
+}
+
+/// What goes on the wire: a script (EVALSHA, loaded on NOSCRIPT) or a
+/// plain command.
+pub(crate) enum Request {
+    Script(ScriptInvocation<'static>),
+    Command(Cmd),
+}
+
+impl<R> Call<R> {
+    fn script(invocation: ScriptInvocation<'static>, decode: fn(Value) -> RedisResult<R>) -> Self {
+        Call {
+            request: Request::Script(invocation),
+            decode,
+        }
+    }
+
+    fn command(cmd: Cmd, decode: fn(Value) -> RedisResult<R>) -> Self {
+        Call {
+            request: Request::Command(cmd),
+            decode,
+        }
+    }
+
+    /// Reads the server's reply to this call.
+    pub(crate) fn decode(&self, reply: Value) -> RedisResult<R> {
+        (self.decode)(reply)
+    }
+}
+
+/// The names one lock uses on the server, computed once per lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The lock's hash: its name.
+    pub(crate) name: String,
+    /// The pub/sub channel waiters listen on.
+    pub(crate) channel: String,
+    /// The fencing token counter (Redisson's fenced lock).
+    pub(crate) token: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(name: &str) -> LockKeys {
+        LockKeys {
+            name: name.to_owned(),
+            channel: prefixed("redisson_lock__channel", name),
+            token: prefixed("redisson_lock_token", name),
+        }
+    }
+
+    /// The key that remembers one release's result, so a retried release
+    /// with the same request id returns the first answer.
+    pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
+        format!(
+            "{}:{request_id}",
+            prefixed("redisson_unlock_latch", &self.name)
+        )
+    }
+}
+
+/// The hash field of a hold: `<client-uuid>:<owner>`.
+pub(crate) fn field(client_id: &str, owner: &str) -> std::sync::Arc<str> {
+    format!("{client_id}:{owner}").into()
+}
+
+/// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the name
+/// already carries a hash tag.
+fn prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// What an acquire request found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// Granted (or re-entered).
+    Granted(Grant),
+    /// Held by someone else, with the key's remaining TTL when it has one.
+    Taken(Option<Duration>),
+    /// Refused without looking: a rollback of this very request ran first
+    /// (its tombstone). Only a request that was sent, abandoned and rolled
+    /// back before it reached the server gets this.
+    Cancelled,
+}
+
+/// What a granted acquire left on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The key's TTL right after the grant: at least the lease asked for
+    /// (a grant never shortens a hold), more when an earlier hold of the
+    /// same owner asked for longer.
+    pub(crate) ttl: Duration,
+    /// The owner's hold count after the grant: 1 for a fresh hold.
+    pub(crate) count: u64,
+    /// The fencing token: the counter after its INCR, when fenced and the
+    /// counter exists (see [`Fencing`]).
+    pub(crate) token: Option<u64>,
+}
+
+/// What a release request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The field was absent: this owner did not hold the lock.
+    NotHeld,
+    /// The hold count went down but is still above zero.
+    StillHeld,
+    /// The key was deleted and waiters were told.
+    Deleted,
+}
+
+/// A fresh request id. From the thread-local RNG: `Uuid::new_v4` asks the
+/// OS for entropy on every call.
+pub(crate) fn new_request_id() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .to_string()
+}
+
+// ---------------------------------------------------------------------------
+// Reads and replica sync
+
+/// Whether anyone holds the lock.
+pub(crate) fn is_locked(keys: &LockKeys) -> Call<bool> {
+    let mut cmd = redis::cmd("EXISTS");
+    cmd.arg(&keys.name);
+    Call::command(cmd, |reply| Ok(bool::from_redis_value(reply)?))
+}
+
+/// The hold count of `field` (0 when it does not hold the lock).
+pub(crate) fn hold_count(keys: &LockKeys, field: &str) -> Call<u32> {
+    let mut cmd = redis::cmd("HGET");
+    cmd.arg(&keys.name).arg(field);
+    Call::command(cmd, |reply| {
+        Ok(Option::<u32>::from_redis_value(reply)?.unwrap_or(0))
+    })
+}
+
+/// The lock's remaining TTL; `None` when it does not exist or has no expiry.
+pub(crate) fn remaining_ttl(keys: &LockKeys) -> Call<Option<Duration>> {
+    let mut cmd = redis::cmd("PTTL");
+    cmd.arg(&keys.name);
+    Call::command(cmd, |reply| {
+        Ok(ttl_from_pttl(i64::from_redis_value(reply)?))
+    })
+}
+
+/// `WAIT replicas timeout`: how many replicas acknowledged the writes made
+/// so far on this connection. Blocks the connection meanwhile.
+pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(replicas).arg(millis(timeout));
+    Call::command(cmd, |reply| Ok(u32::from_redis_value(reply)?))
+}
+
+/// Every script, as (name, source, script): loaded on every new
+/// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 7] {
+    [
+        ("extend", holds::EXTEND_LUA, &holds::EXTEND),
+        ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
+        (
+            "raise_token",
+            fencing::RAISE_TOKEN_LUA,
+            &fencing::RAISE_TOKEN,
+        ),
+        ("release", holds::RELEASE_LUA, &holds::RELEASE),
+        ("rollback", holds::ROLLBACK_LUA, &holds::ROLLBACK),
+        ("renew_batch", holds::RENEW_BATCH_LUA, &holds::RENEW_BATCH),
+        (
+            "force_unlock",
+            holds::FORCE_UNLOCK_LUA,
+            &holds::FORCE_UNLOCK,
+        ),
+    ]
+}
+
+/// `SCRIPT LOAD` of every script, pipelined: sent once on every new
+/// connection, so no request of ours meets NOSCRIPT after a restart (an
+/// EVALSHA that met NOSCRIPT and timed out before its reload would never
+/// run, and a rollback could not tell).
+pub(crate) fn load_scripts() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for (_, source, _) in all_scripts() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+    }
+    pipe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_follow_redisson() {
+        let keys = LockKeys::new("orders:42");
+        assert_eq!(keys.channel, "redisson_lock__channel:{orders:42}");
+        assert_eq!(keys.token, "redisson_lock_token:{orders:42}");
+        assert_eq!(
+            keys.unlock_latch("r1"),
+            "redisson_unlock_latch:{orders:42}:r1"
+        );
+        let tagged = LockKeys::new("a{b}c");
+        assert_eq!(tagged.channel, "redisson_lock__channel:a{b}c");
+        assert_eq!(tagged.token, "redisson_lock_token:a{b}c");
+    }
+
+    #[test]
+    fn hashes_are_distinct_sha1() {
+        let hashes: std::collections::HashSet<_> = all_scripts()
+            .iter()
+            .map(|(_, _, s)| s.get_hash().to_owned())
+            .collect();
+        assert_eq!(hashes.len(), all_scripts().len());
+        assert!(hashes.iter().all(|h| h.len() == 40));
+    }
+
+    #[test]
+    fn replies_decode() {
+        let keys = LockKeys::new("x");
+        let second = Duration::from_secs(1);
+        let call = acquire(&keys, "f", second, "r", second, Fencing::Off);
+        let ints = |v: &[i64]| Value::Array(v.iter().map(|i| Value::Int(*i)).collect());
+        assert_eq!(
+            call.decode(ints(&[1, 1500, 2, -1])).unwrap(),
+            Acquired::Granted(Grant {
+                ttl: Duration::from_millis(1500),
+                count: 2,
+                token: None
+            })
+        );
+        assert_eq!(
+            call.decode(ints(&[1, 1000, 1, 7])).unwrap(),
+            Acquired::Granted(Grant {
+                ttl: second,
+                count: 1,
+                token: Some(7)
+            })
+        );
+        assert_eq!(
+            call.decode(ints(&[0, 1500])).unwrap(),
+            Acquired::Taken(Some(Duration::from_millis(1500)))
+        );
+        assert_eq!(call.decode(ints(&[0, -1])).unwrap(), Acquired::Taken(None));
+        assert_eq!(call.decode(ints(&[-1])).unwrap(), Acquired::Cancelled);
+        let release = release(&keys, "f", "r");
+        assert_eq!(release.decode(Value::Nil).unwrap(), Released::NotHeld);
+        assert_eq!(release.decode(Value::Int(0)).unwrap(), Released::StillHeld);
+        assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);
+        let raise = raise_token(&keys, 5);
+        assert_eq!(
+            raise.decode(ints(&[-1, 5])).unwrap(),
+            Raised {
+                before: None,
+                after: 5
+            }
+        );
+        assert_eq!(
+            raise.decode(ints(&[9, 9])).unwrap(),
+            Raised {
+                before: Some(9),
+                after: 9
+            }
+        );
+        let renew = renew_batch([("a", "f"), ("b", "g")], second);
+        assert_eq!(renew.decode(ints(&[1, 0])).unwrap(), vec![true, false]);
+    }
+}

@@ -1,0 +1,147 @@
+//! What a single-node lock's queries ask its node (and the one write that
+//! is not a hold's: force unlock). Each is one request; none holds the lock.
+
+use super::Lock;
+use crate::error::Result;
+use crate::protocol;
+use std::time::Duration;
+
+impl Lock {
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
+    /// whether it was held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let was_held = lock.force_unlock().await?;
+    /// assert!(!lock.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// One request; if dropped after sending, it may or may not be applied.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.inner
+            .node
+            .run(&protocol::force_unlock(&self.inner.keys))
+            .await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_locked().await?);
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.inner
+            .node
+            .run(&protocol::is_locked(&self.inner.keys))
+            .await
+    }
+
+    /// Whether the owner of this handle (see [`Lock::owner`]) holds the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// assert!(lock.is_held_by_current_owner().await?);
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn is_held_by_current_owner(&self) -> Result<bool> {
+        let field = self.field(&self.owner());
+        Ok(self
+            .inner
+            .node
+            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .await?
+            > 0)
+    }
+
+    /// How many times the owner of this handle holds the lock (0 when not).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let outer = lock.lock().await?;
+    /// let inner = lock.lock().await?;            // the same task re-enters
+    /// assert_eq!(lock.hold_count().await?, 2);
+    /// inner.unlock().await?;
+    /// outer.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn hold_count(&self) -> Result<u32> {
+        let field = self.field(&self.owner());
+        self.inner
+            .node
+            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .await
+    }
+
+    /// The lock's remaining time to live; `None` when it is not held (or has
+    /// no expiry).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+    /// assert!(lock.remaining_ttl().await?.unwrap() <= Duration::from_secs(10));
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        self.inner
+            .node
+            .run(&protocol::remaining_ttl(&self.inner.keys))
+            .await
+    }
+}
