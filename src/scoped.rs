@@ -2,20 +2,23 @@
 //! node-redlock's and rslock's `using`, but the work is stopped (dropped)
 //! as soon as the lock can no longer be proven held, and the caller is told.
 
-use crate::distributed_lock::DistributedLock;
 use crate::error::{Error, Result};
+use crate::guard::Guard;
 
-/// Acquires `lock` (waiting as long as it takes, renewed by the watchdog),
-/// runs `work` with the fencing token, and releases. If the guard's
-/// `lost()` fires first, `work` is dropped and the result is
-/// [`Error::LockLost`]; see [`Lock::run_locked`](crate::Lock::run_locked).
-pub(crate) async fn run_locked<L, F, Fut, T>(lock: &L, work: F) -> Result<T>
+/// Acquires with `acquire` (a lock's `lock()`), runs `work` with the
+/// fencing token, and releases. If the guard's `lost()` fires first, `work`
+/// is dropped and the result is [`Error::LockLost`] naming lock `name`; see
+/// [`Lock::run_locked`](crate::Lock::run_locked).
+pub(crate) async fn run_locked<F, Fut, T>(
+    acquire: impl Future<Output = Result<Guard>>,
+    name: &str,
+    work: F,
+) -> Result<T>
 where
-    L: DistributedLock,
     F: FnOnce(Option<u64>) -> Fut,
     Fut: Future<Output = T>,
 {
-    let guard = lock.lock().await?;
+    let guard = acquire.await?;
     let finished = {
         let work = work(guard.fencing_token());
         tokio::pin!(work);
@@ -31,11 +34,11 @@ where
     match finished {
         Some(output) => guard.unlock().await.map(|()| output),
         None => {
-            tracing::warn!(lock = %lock.name(), "lock lost while its work ran; the work was dropped");
+            tracing::warn!(lock = %name, "lock lost while its work ran; the work was dropped");
             // What is left of the hold goes; it is already known lost.
             let _ = guard.unlock().await;
             Err(Error::LockLost {
-                lock: lock.name().to_owned(),
+                lock: name.to_owned(),
             })
         }
     }

@@ -405,7 +405,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         F: FnOnce(Option<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        crate::scoped::run_locked(self, work).await
+        crate::scoped::run_locked(self.lock(), self.name(), work).await
     }
 }
 

@@ -481,7 +481,7 @@ impl Lock {
         F: FnOnce(Option<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        crate::scoped::run_locked(self, work).await
+        crate::scoped::run_locked(self.lock(), self.name(), work).await
     }
 }
 
