@@ -22,12 +22,18 @@
 #                           tests and compose files *use* (it may be redis:7), and
 #                           building must never overwrite it.
 #                           A tag that exists without this script's label is refused.
-#   REDIS_SERVER_BIN        redis-server to package (default: `command -v redis-server`)
+#   REDIS_SERVER_BIN        redis-server to package (default: $MULTILOCK_REDIS_SERVER,
+#                           the test kit's binary, else `command -v redis-server`)
 #   MULTILOCK_FORCE_BUILD=1 rebuild even if the image is up to date
 #   MULTILOCK_SKIP_VERIFY=1 skip the post-build smoke test
 #
 # Re-running is idempotent and fast: the image carries a label with a checksum of
 # its inputs; when it matches, the build is skipped.
+#
+# The test kit (src/testkit/containers/recipe.rs) builds the same image through
+# the Docker API when redis:7 cannot be pulled: same files, same Dockerfile, same
+# labels and fingerprint, so either one finds the other's image up to date.
+# Change the recipe here and there together.
 set -euo pipefail
 
 IMAGE="${MULTILOCK_LOCAL_IMAGE:-multilock-redis:local}"
@@ -43,6 +49,10 @@ find_redis() {
         printf '%s\n' "$REDIS_SERVER_BIN"
         return
     fi
+    if [[ -n "${MULTILOCK_REDIS_SERVER:-}" ]]; then
+        command -v "$MULTILOCK_REDIS_SERVER" 2>/dev/null || printf '%s\n' "$MULTILOCK_REDIS_SERVER"
+        return
+    fi
     command -v redis-server 2>/dev/null \
         || { [[ -x /usr/bin/redis-server ]] && echo /usr/bin/redis-server; } \
         || { [[ -x /usr/sbin/redis-server ]] && echo /usr/sbin/redis-server; } \
@@ -52,6 +62,8 @@ find_redis() {
 REDIS_BIN="$(find_redis)"
 if [[ -n "${REDIS_SERVER_BIN:-}" && ! -x "$REDIS_BIN" ]]; then
     die "REDIS_SERVER_BIN=$REDIS_SERVER_BIN is not an executable file"
+elif [[ -n "${MULTILOCK_REDIS_SERVER:-}" && ! -x "$REDIS_BIN" ]]; then
+    die "MULTILOCK_REDIS_SERVER=$MULTILOCK_REDIS_SERVER is not an executable file"
 fi
 if [[ -z "$REDIS_BIN" ]]; then
     if [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -8,18 +8,20 @@
 //! cargo run --example failure_modes -- --processes  # local redis-server processes only
 //! ```
 //!
-//! Containers use the test kit's image (`MULTILOCK_REDIS_IMAGE`, default
-//! `redis:7`; offline: `bash docker/build-local-image.sh` and
-//! `MULTILOCK_REDIS_IMAGE=multilock-redis:local`). Without Docker the same
-//! scenarios run on `redis-server` processes, except the network partition,
-//! which needs containers.
+//! Containers run the test kit's image: `redis:7`, pulled when missing, or,
+//! when it cannot be pulled (no registry), `multilock-redis:local`, which
+//! the kit builds from the host's `redis-server` on first use (a few
+//! seconds; the run prints which image it uses). Without Docker the same
+//! scenarios run on `redis-server` processes, except the network
+//! partition, which needs containers.
 //!
 //! Every scenario is one protocol: client A takes the lock, a fault is
 //! injected, client B tries while A still believes it holds the lock
-//! (phase 1), then A lets go and B tries again (phase 2). Printed: a table
-//! of scenario × lock type with "mutual exclusion kept? / lock available? /
-//! B's time to acquire", and `target/failure_modes.svg`, a timeline of who
-//! held the lock when.
+//! (phase 1), then A lets go and B tries again (phase 2). Printed: a line
+//! per cell as it finishes, then a table of scenario × lock type with
+//! "mutual exclusion kept? / lock available? / B's time to acquire after A
+//! let go", and `target/failure_modes.svg`, a timeline of who held the
+//! lock when.
 //!
 //! The servers come from the test kit (`AnyServer`, `ReplicatedPair`);
 //! `topology.rs` says which servers each lock type runs on,
@@ -33,24 +35,36 @@ mod topology;
 use std::time::Instant;
 
 use multilock::testkit::Backend;
+use multilock::testkit::containers::{ImageOrigin, redis_image};
 
 use crate::scenarios::{Scenario, run_cell};
 use crate::topology::Kind;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let backend = pick_backend().await;
-    println!("backend: {backend:?}");
     let started = Instant::now();
+    let (backend, servers, servers_short) = pick_backend().await;
+    println!("servers: {servers}");
+    println!(
+        "{} scenarios x {} lock types, each on fresh servers (a few minutes):",
+        Scenario::ALL.len(),
+        Kind::ALL.len()
+    );
     let mut results = Vec::new();
-    for scenario in Scenario::ALL {
+    for (i, scenario) in Scenario::ALL.into_iter().enumerate() {
+        println!(
+            "[{}/{}] {} ({:.0} s so far)",
+            i + 1,
+            Scenario::ALL.len(),
+            scenario.title(),
+            started.elapsed().as_secs_f64()
+        );
         let mut cells = Vec::new();
         for kind in Kind::ALL {
             let cell_started = Instant::now();
             let cell = run_cell(scenario, kind, backend).await;
             println!(
-                "  {:<30} {:<26} {:<28} ({:.1} s)",
-                scenario.title(),
+                "      {:<26} {:<30} ({:.1} s)",
                 kind.title(),
                 report::cell_text(&cell),
                 cell_started.elapsed().as_secs_f64()
@@ -66,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
         .join("failure_modes.svg");
     std::fs::create_dir_all(path.parent().expect("in target/"))?;
-    std::fs::write(&path, report::svg(&results, backend))?;
+    std::fs::write(&path, report::svg(&results, &servers_short))?;
     println!(
         "\ntimeline: {} (total {:.0} s)",
         path.display(),
@@ -75,16 +89,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Containers when they run here (unless `--processes`), else processes.
-async fn pick_backend() -> Backend {
+/// Containers when they run here (unless `--processes`), else processes;
+/// what the servers are, in words: in full (for the terminal) and short
+/// (for the picture).
+async fn pick_backend() -> (Backend, String, String) {
+    let processes = || {
+        let words = "redis-server processes".to_owned();
+        (Backend::Processes, words.clone(), words)
+    };
     if std::env::args().any(|a| a == "--processes") {
-        return Backend::Processes;
+        return processes();
     }
-    match Backend::Containers.check().await {
-        Ok(()) => Backend::Containers,
+    println!("checking Docker (without registry access, the first run builds the Redis image)...");
+    if let Err(err) = Backend::Containers.check().await {
+        println!("containers unavailable ({err}); using redis-server processes");
+        return processes();
+    }
+    match redis_image().await {
+        Ok(image) => {
+            let short = match image.origin() {
+                ImageOrigin::Local {
+                    source, version, ..
+                } => format!(
+                    "Docker containers, image {} (Redis {} from {})",
+                    image.name(),
+                    version.as_deref().unwrap_or("?"),
+                    source.display()
+                ),
+                _ => format!("Docker containers, image {}", image.name()),
+            };
+            (
+                Backend::Containers,
+                format!("Docker containers, image {image}"),
+                short,
+            )
+        }
         Err(err) => {
-            println!("containers unavailable ({err}); using redis-server processes");
-            Backend::Processes
+            let words = format!("Docker containers ({err})");
+            (Backend::Containers, words.clone(), words)
         }
     }
 }

@@ -50,6 +50,28 @@ impl Scenario {
             Scenario::Stall => "holder stalls past lease",
         }
     }
+
+    /// What happens, in a line or two.
+    pub fn detail(self) -> &'static str {
+        match self {
+            Scenario::Failover => {
+                "single: the replica misses A's grant, the primary dies, the replica is promoted; \
+                 others: node 1 dies"
+            }
+            Scenario::TwoDown => "single: the primary and its replica; others: nodes 1 and 2",
+            Scenario::Paused => "node 1 (the primary) frozen, as by a long GC pause",
+            Scenario::Restart => {
+                "a node A holds the lock on restarts with no data (RedLock: A holds a bare 3 of 5)"
+            }
+            Scenario::DelayedRestart => {
+                "as above, but the node stays down longer than the 4 s lease"
+            }
+            Scenario::CutOff => {
+                "A (watchdog, no lease) loses node 1 (RedLock: 3 of 5); B reaches them all"
+            }
+            Scenario::Stall => "A (fenced, 1 s lease) stalls 1.5 s, then writes",
+        }
+    }
 }
 
 /// Whether two clients held the lock at once.
@@ -69,7 +91,20 @@ pub enum Exclusion {
 pub struct Outcome {
     pub exclusion: Exclusion,
     pub available: bool,
-    pub time_to_acquire: Option<Duration>,
+    /// When B got the lock; `None` when it did not.
+    pub acquired: Option<Acquired>,
+}
+
+/// When B got the lock, against A's bar on the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// This long after A let go, or was told it had lost the lock: after
+    /// the end of A's bar.
+    AfterA(Duration),
+    /// While A still believed it held the lock (its bar still ran).
+    WhileA,
+    /// A never held the lock: this long after B began to try.
+    Alone(Duration),
 }
 
 /// One scenario on one lock type, or why it did not run.
@@ -84,8 +119,24 @@ pub enum Cell {
 pub struct Timeline {
     /// `(client, from, to)`: A's span is as long as A believed it held.
     pub spans: Vec<(char, Duration, Duration)>,
-    pub marks: Vec<(Duration, String)>,
+    pub marks: Vec<Mark>,
     pub end: Duration,
+}
+
+/// A moment on the timeline: a fault injected, or something A did or
+/// learned.
+pub struct Mark {
+    pub at: Duration,
+    pub label: String,
+    pub kind: MarkKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkKind {
+    /// A server killed, frozen, restarted, cut off, promoted.
+    Fault,
+    /// A took, let go of, or was told it lost the lock; A stalled or wrote.
+    Event,
 }
 
 /// One scenario run: its clock, its timeline, and notes for the report.
@@ -108,9 +159,22 @@ impl Run {
         self.t0.elapsed()
     }
 
-    fn mark(&mut self, label: impl Into<String>) {
-        let at = self.now();
-        self.timeline.marks.push((at, label.into()));
+    /// A fault, now.
+    fn fault(&mut self, label: impl Into<String>) {
+        self.mark_at(self.now(), label, MarkKind::Fault);
+    }
+
+    /// Something A did or learned, now.
+    fn event(&mut self, label: impl Into<String>) {
+        self.mark_at(self.now(), label, MarkKind::Event);
+    }
+
+    fn mark_at(&mut self, at: Duration, label: impl Into<String>, kind: MarkKind) {
+        self.timeline.marks.push(Mark {
+            at,
+            label: label.into(),
+            kind,
+        });
     }
 }
 
@@ -142,12 +206,12 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
         Scenario::Failover => {
             if kind.is_single() {
                 t.pair().cut_link().await?;
-                run.mark("link cut");
+                run.fault("link cut");
                 let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
                 t.server(0).kill().await?;
-                run.mark("primary killed");
+                run.fault("primary killed");
                 t.fail_over().await?;
-                run.mark("promoted");
+                run.fault("replica promoted");
                 let b = t.lock_on_replica(&b_client);
                 contest(
                     run,
@@ -160,7 +224,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
             } else {
                 let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
                 t.server(0).kill().await?;
-                run.mark("node 1 killed");
+                run.fault("node 1 killed");
                 let b = t.lock(&b_client);
                 contest(
                     run,
@@ -177,7 +241,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
             let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
             t.server(0).kill().await?;
             t.server(1).kill().await?;
-            run.mark(if kind.is_single() {
+            run.fault(if kind.is_single() {
                 "primary and replica killed"
             } else {
                 "nodes 1 and 2 killed"
@@ -195,7 +259,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
         Scenario::Paused => {
             let a = take(run, &t.lock(&a_client), Some(LEASE)).await;
             t.server(0).pause().await?;
-            run.mark(if kind.is_single() {
+            run.fault(if kind.is_single() {
                 "primary paused"
             } else {
                 "node 1 paused"
@@ -216,7 +280,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
             let a = take_bare_majority(t, run, &a_client).await?;
             let index = if kind == Kind::Multi { 1 } else { 0 };
             t.server(index).restart().await?;
-            run.mark(if kind.is_single() {
+            run.fault(if kind.is_single() {
                 "primary restarted empty"
             } else {
                 "node restarted empty"
@@ -229,7 +293,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
             // the lease before it returns: the remedy.
             let a = take_bare_majority(t, run, &a_client).await?;
             t.server(0).kill().await?;
-            run.mark("node 1 down");
+            run.fault("node 1 down");
             let b = t.lock(&b_client);
             let node = t.server(0);
             let delayed_restart = async {
@@ -260,7 +324,7 @@ async fn scenario(s: Scenario, t: &mut Topology, run: &mut Run) -> io::Result<Ou
             for i in 0..cut {
                 t.server(i).partition_side(Side::A).await?;
             }
-            run.mark(if cut == 1 {
+            run.fault(if cut == 1 {
                 "A cut off node 1"
             } else {
                 "A cut off 3 of 5"
@@ -295,26 +359,26 @@ async fn stall(
     };
     let a_from = run.now();
     let a_token = a.fencing_token().expect("fenced");
-    run.mark("A stalls");
+    run.event("A stalls");
+    let b_tries = run.now();
     let b_task = tokio::spawn(async move {
-        let started = Instant::now();
         let guard = try_until(&b_lock, Duration::from_secs(4), Some(LEASE)).await;
-        guard.map(|g| (g, Instant::now(), started.elapsed()))
+        guard.map(|g| (g, Instant::now()))
     });
     tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
     let b = b_task.await.expect("B task");
     let mut outcome = Outcome {
         exclusion: Exclusion::Kept,
         available: b.is_some(),
-        time_to_acquire: None,
+        acquired: None,
     };
-    if let Some((b, granted_at, waited)) = b {
+    if let Some((b, granted_at)) = b {
         let b_token = b.fencing_token().expect("fenced");
         store.write(b_token, "B").await?;
         // A wakes up, still believing it holds the lock, and writes.
         let a_applied = store.write(a_token, "A").await?;
         run.timeline.spans.push(('A', a_from, run.now()));
-        run.mark(if a_applied {
+        run.event(if a_applied {
             "A's late write applied"
         } else {
             "A's late write rejected"
@@ -324,7 +388,7 @@ async fn stall(
         run.timeline
             .spans
             .push(('B', granted_at - run.t0, run.now()));
-        outcome.time_to_acquire = Some(waited);
+        outcome.acquired = acquired(&run.timeline, b_tries);
         outcome.exclusion = match (overlap(&run.timeline), a_applied) {
             (false, _) => Exclusion::Kept,
             (true, false) => Exclusion::Fenced,
@@ -341,7 +405,7 @@ async fn take(run: &mut Run, lock: &AnyLock, lease: Option<Duration>) -> Option<
     match lock.try_lock_for(Duration::from_secs(3), lease).await {
         Ok(Some(guard)) => Some(hold(run, guard)),
         Ok(None) => {
-            run.mark("A: not acquired");
+            run.event("A: not acquired");
             None
         }
         Err(err) => {
@@ -349,7 +413,7 @@ async fn take(run: &mut Run, lock: &AnyLock, lease: Option<Duration>) -> Option<
                 Error::ReplicaSync { .. } => "A refused (no ack)".to_owned(),
                 _ => "A failed".to_owned(),
             };
-            run.mark(short);
+            run.event(short);
             run.notes.push(format!("A: {err}"));
             None
         }
@@ -372,7 +436,7 @@ async fn take_bare_majority(
     let a = take(run, &t.lock(a_client), Some(LEASE)).await;
     t.server(3).unpause().await?;
     t.server(4).unpause().await?;
-    run.mark("A holds 3 of 5");
+    run.event("A holds 3 of 5");
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(a)
 }
@@ -407,7 +471,7 @@ impl Held {
         let (to, lost) = self.task.await.expect("holder task");
         run.timeline.spans.push(('A', self.from, to));
         if lost {
-            run.timeline.marks.push((to, "A told: lost".to_owned()));
+            run.mark_at(to, "A told: lost", MarkKind::Event);
         }
     }
 }
@@ -424,8 +488,7 @@ async fn contest(
     let phase_1 = run.now();
     let a_held = a.is_some();
     if let Some(guard) = try_until(b, while_held, Some(LEASE)).await {
-        // Both believe they hold the lock: B works, then both let go.
-        let latency = run.now() - phase_1;
+        // Both may believe they hold the lock: B works, then both let go.
         b_works(run, guard).await;
         if let Some(a) = a {
             a.release(run).await;
@@ -439,16 +502,14 @@ async fn contest(
                 Exclusion::Refused
             },
             available: true,
-            time_to_acquire: Some(latency),
+            acquired: acquired(&run.timeline, phase_1),
         };
     }
     if let Some(a) = a {
-        run.mark("A lets go");
+        run.event("A lets go");
         a.release(run).await;
     }
-    let phase_2 = run.now();
     let granted = try_until(b, after, Some(LEASE)).await;
-    let time_to_acquire = granted.as_ref().map(|_| run.now() - phase_2);
     let available = granted.is_some();
     if let Some(guard) = granted {
         b_works(run, guard).await;
@@ -460,8 +521,19 @@ async fn contest(
             Exclusion::Refused
         },
         available,
-        time_to_acquire,
+        acquired: acquired(&run.timeline, phase_1),
     }
+}
+
+/// When B got the lock, as the timeline draws it: against the end of A's
+/// bar, or, when A never held it, against `b_tried`, when B began to try.
+fn acquired(timeline: &Timeline, b_tried: Duration) -> Option<Acquired> {
+    let granted = timeline.spans.iter().find(|s| s.0 == 'B')?.1;
+    Some(match timeline.spans.iter().find(|s| s.0 == 'A') {
+        Some(&(_, _, a_to)) if granted < a_to => Acquired::WhileA,
+        Some(&(_, _, a_to)) => Acquired::AfterA(granted - a_to),
+        None => Acquired::Alone(granted.saturating_sub(b_tried)),
+    })
 }
 
 /// Tries until granted or `wait` is spent; errors (no quorum, replica

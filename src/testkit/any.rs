@@ -54,7 +54,9 @@ impl Backend {
     }
 
     /// Whether servers of this backend can run here: starts one and
-    /// removes it.
+    /// removes it. For containers this also settles the image
+    /// ([`redis_image`](super::containers::redis_image)), which, without
+    /// registry access, builds the local one the first time (seconds).
     ///
     /// # Errors
     ///

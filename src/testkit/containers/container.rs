@@ -16,9 +16,8 @@ use testcontainers::bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptionsBuilder, StartContainerOptions,
 };
 
-use super::docker::{
-    LABEL, bounded, connect, ensure_image, image, keep_containers, remove_container, run_detached,
-};
+use super::docker::{LABEL, bounded, connect, keep_containers, remove_container, run_detached};
+use super::image::resolved;
 use super::network::{Attachment, Network, Side};
 use crate::testkit::command::wait_until_ready;
 use crate::testkit::{PollLimit, TestServer};
@@ -52,6 +51,8 @@ enum Removal {
 /// removal takes (on a helper thread, so any runtime is fine).
 pub struct RedisContainer {
     docker: Docker,
+    /// The image it runs (a restart runs it again).
+    image: String,
     /// Side A first; side B for two-sided servers.
     pub(super) sides: Vec<Attachment>,
     pub(super) name: String,
@@ -69,9 +70,9 @@ impl RedisContainer {
     ///
     /// # Errors
     ///
-    /// When Docker cannot be reached, the image is missing and cannot be
-    /// pulled (the message says how to build a local one), or the server
-    /// does not answer within 30 s.
+    /// When Docker cannot be reached, no image can be had (see
+    /// [`redis_image`](super::redis_image); the message says why), or the
+    /// server does not answer within 30 s.
     ///
     /// # Cancel safety
     ///
@@ -94,10 +95,20 @@ impl RedisContainer {
     /// As [`RedisContainer::start`].
     pub async fn start_with_flags(flags: &[&str]) -> io::Result<RedisContainer> {
         let docker = connect().await?;
-        ensure_image(&docker, &image()).await?;
+        let image = resolved(&docker).await?;
         let network = Arc::new(Network::create(&docker).await?);
         let flags = flags.iter().map(|f| (*f).to_owned()).collect();
-        Self::launch(docker, vec![network], flags).await
+        Self::launch(docker, image.name(), vec![network], flags).await
+    }
+
+    /// Starts a server from the given image, whatever
+    /// [`redis_image`](super::redis_image) says: for the kit's tests of
+    /// the image itself.
+    #[cfg(test)]
+    pub(super) async fn start_image(image: &str) -> io::Result<RedisContainer> {
+        let docker = connect().await?;
+        let network = Arc::new(Network::create(&docker).await?);
+        Self::launch(docker, image, vec![network], Vec::new()).await
     }
 
     /// Starts `n` servers concurrently, on one network (so they can reach
@@ -113,11 +124,16 @@ impl RedisContainer {
     /// As [`RedisContainer::start`].
     pub async fn start_many(n: usize) -> io::Result<Vec<RedisContainer>> {
         let docker = connect().await?;
-        ensure_image(&docker, &image()).await?;
+        let image = resolved(&docker).await?;
         let network = Arc::new(Network::create(&docker).await?);
-        futures::future::try_join_all(
-            (0..n).map(|_| Self::launch(docker.clone(), vec![network.clone()], Vec::new())),
-        )
+        futures::future::try_join_all((0..n).map(|_| {
+            Self::launch(
+                docker.clone(),
+                image.name(),
+                vec![network.clone()],
+                Vec::new(),
+            )
+        }))
         .await
     }
 
@@ -136,12 +152,13 @@ impl RedisContainer {
     /// As [`RedisContainer::start`].
     pub async fn start_many_two_sided(n: usize) -> io::Result<Vec<RedisContainer>> {
         let docker = connect().await?;
-        ensure_image(&docker, &image()).await?;
+        let image = resolved(&docker).await?;
         let side_a = Arc::new(Network::create(&docker).await?);
         let side_b = Arc::new(Network::create(&docker).await?);
         futures::future::try_join_all((0..n).map(|_| {
             Self::launch(
                 docker.clone(),
+                image.name(),
                 vec![side_a.clone(), side_b.clone()],
                 Vec::new(),
             )
@@ -151,6 +168,7 @@ impl RedisContainer {
 
     pub(super) async fn launch(
         docker: Docker,
+        image: &str,
         networks: Vec<Arc<Network>>,
         flags: Vec<String>,
     ) -> io::Result<RedisContainer> {
@@ -167,6 +185,7 @@ impl RedisContainer {
         let name = format!("{}-{}", sides[0].network.name, sides[0].ip.octets()[3]);
         let mut server = RedisContainer {
             docker,
+            image: image.to_owned(),
             sides,
             name,
             id: None,
@@ -211,7 +230,7 @@ impl RedisContainer {
         cmd.extend(self.flags.iter().cloned());
         let endpoint = Self::endpoint(self.sides[0].ip);
         let body = ContainerCreateBody {
-            image: Some(image()),
+            image: Some(self.image.clone()),
             cmd: Some(cmd),
             labels: Some(HashMap::from([(LABEL.to_owned(), "1".to_owned())])),
             host_config: Some(HostConfig {
@@ -550,6 +569,7 @@ impl fmt::Debug for RedisContainer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisContainer")
             .field("name", &self.name)
+            .field("image", &self.image)
             .field("url", &self.url())
             .field("killed", &self.killed)
             .field("paused", &self.paused)

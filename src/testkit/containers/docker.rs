@@ -1,21 +1,14 @@
-//! The Docker client: connecting with a negotiated API version, the image,
-//! bounded calls, and cleanup from `Drop`.
+//! The Docker client: connecting with a negotiated API version, bounded
+//! calls, and cleanup from `Drop`.
 
 use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use futures::StreamExt;
 use testcontainers::bollard::Docker;
 use testcontainers::bollard::errors::Error as DockerError;
-use testcontainers::bollard::query_parameters::{
-    CreateImageOptionsBuilder, RemoveContainerOptionsBuilder,
-};
+use testcontainers::bollard::query_parameters::RemoveContainerOptionsBuilder;
 
-/// Environment variable naming the Redis image to run.
-pub const IMAGE_ENV: &str = "MULTILOCK_REDIS_IMAGE";
-/// The image used when [`IMAGE_ENV`] is unset.
-pub const DEFAULT_IMAGE: &str = "redis:7";
 /// Environment variable that, set to `1`, keeps containers and networks
 /// after the test for debugging.
 pub const KEEP_ENV: &str = "MULTILOCK_KEEP_CONTAINERS";
@@ -25,16 +18,6 @@ pub const KEEP_ENV: &str = "MULTILOCK_KEEP_CONTAINERS";
 pub(super) const LABEL: &str = "org.multilock.testkit";
 /// Bound on any single Docker API call.
 pub(super) const DOCKER_CALL_LIMIT: Duration = Duration::from_secs(60);
-/// Bound on pulling a missing image.
-const PULL_LIMIT: Duration = Duration::from_secs(300);
-
-/// The image to run: `$MULTILOCK_REDIS_IMAGE`, else [`DEFAULT_IMAGE`].
-pub fn image() -> String {
-    std::env::var(IMAGE_ENV)
-        .ok()
-        .filter(|image| !image.is_empty())
-        .unwrap_or_else(|| DEFAULT_IMAGE.to_owned())
-}
 
 /// True when [`KEEP_ENV`] asks to keep containers.
 pub(super) fn keep_containers() -> bool {
@@ -72,47 +55,6 @@ pub(super) async fn connect() -> io::Result<Docker> {
         docker.negotiate_version(),
     )
     .await
-}
-
-fn is_not_found(err: &DockerError) -> bool {
-    matches!(
-        err,
-        DockerError::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-/// Makes sure `image` is present locally, pulling it when it is not.
-pub(super) async fn ensure_image(docker: &Docker, image: &str) -> io::Result<()> {
-    match docker.inspect_image(image).await {
-        Ok(_) => return Ok(()),
-        Err(err) if is_not_found(&err) => {}
-        Err(err) => return Err(docker_error(format!("inspecting image {image}"))(err)),
-    }
-    let options = CreateImageOptionsBuilder::new().from_image(image).build();
-    let pull = async {
-        let mut progress = docker.create_image(Some(options), None, None);
-        while let Some(step) = progress.next().await {
-            step?;
-        }
-        Ok::<_, DockerError>(())
-    };
-    let failure = match tokio::time::timeout(PULL_LIMIT, pull).await {
-        Ok(Ok(())) => return Ok(()),
-        Ok(Err(err)) => err.to_string(),
-        Err(_) => format!("no progress within {PULL_LIMIT:?}"),
-    };
-    Err(io::Error::new(
-        io::ErrorKind::NotFound,
-        format!(
-            "the Redis image {image:?} is not available locally and could not be pulled \
-             ({failure}). Without registry access, build one from the host's redis-server \
-             with `bash docker/build-local-image.sh` and run the tests with \
-             {IMAGE_ENV}=multilock-redis:local"
-        ),
-    ))
 }
 
 /// Runs a Docker job to completion on a thread and runtime of its own, with

@@ -34,11 +34,31 @@
 //! daemon: `testcontainers`' own runner pins API 1.53, which daemons older
 //! than Docker 25 (API 1.44) refuse outright.
 //!
+//! # The image
+//!
+//! Containers run `redis:7` ([`DEFAULT_IMAGE`]), pulled when missing. When
+//! it cannot be pulled (no registry access), the kit builds
+//! `multilock-redis:local` ([`DEFAULT_LOCAL_IMAGE`]) from the host's
+//! `redis-server` through the Docker API, with the recipe of
+//! `docker/build-local-image.sh` (a `FROM scratch` image of the binary and
+//! the libraries it links), and runs that instead; a warning says so once
+//! per process. [`redis_image`] says which image runs and why. The build
+//! takes a few seconds and happens once: later runs find the image up to
+//! date (the fingerprint label the script uses), until the host's
+//! `redis-server` or a library changes.
+//!
 //! # Environment
 //!
-//! - `MULTILOCK_REDIS_IMAGE`: the image ([`IMAGE_ENV`]); default `redis:7`
-//!   ([`DEFAULT_IMAGE`]). A missing image is pulled; when that fails,
-//!   starting fails with a message that says how to build the local one.
+//! - `MULTILOCK_REDIS_IMAGE`: the image to run ([`IMAGE_ENV`]), instead of
+//!   `redis:7`. An image named this way is pulled when missing and never
+//!   replaced by another: when it cannot be had, starting fails with a
+//!   message saying so. (Naming the local image's tag builds it when
+//!   missing, as the fallback does.)
+//! - `MULTILOCK_LOCAL_IMAGE`: the tag of the local image
+//!   ([`LOCAL_IMAGE_ENV`]; the build script reads it too). A tag that holds
+//!   an image the kit or the script did not build is never overwritten.
+//! - `REDIS_SERVER_BIN`, else `MULTILOCK_REDIS_SERVER`: the `redis-server`
+//!   the local image is built from; default `redis-server` from `PATH`.
 //! - `MULTILOCK_KEEP_CONTAINERS=1` ([`KEEP_ENV`]): containers and networks
 //!   are left behind for debugging (their names are logged through `tracing`).
 //! - `DOCKER_HOST`: the Docker daemon, as for the `docker` CLI.
@@ -46,7 +66,9 @@
 //! Everything the kit creates carries the label `org.multilock.testkit`.
 //! After a test process was killed (no `Drop` ran):
 //! `docker rm -f $(docker ps -aq --filter label=org.multilock.testkit)` and
-//! `docker network prune -f --filter label=org.multilock.testkit`.
+//! `docker network prune -f --filter label=org.multilock.testkit`; a build
+//! cut short may leave a `multilock-redis:build-<pid>-<n>` tag
+//! (`docker rmi` it).
 //!
 //! # Examples
 //!
@@ -65,16 +87,24 @@
 //! # Ok(()) }
 //! ```
 
-// docker.rs: the client, the image, bounded calls, the one removal;
+// docker.rs: the client, bounded calls, the one removal; image.rs: which
+// image runs, pulled or built once per process; recipe.rs: the local
+// image's build context, as docker/build-local-image.sh makes it;
 // network.rs: the kit's networks and the two sides; container.rs:
 // RedisContainer and its faults; replicated.rs: the container half of
 // ReplicatedPair.
 mod container;
 mod docker;
+mod image;
 mod network;
+mod recipe;
 mod replicated;
 
 pub use crate::testkit::ReplicatedPair;
 pub use container::{REDIS_PORT, RedisContainer};
-pub use docker::{DEFAULT_IMAGE, IMAGE_ENV, KEEP_ENV, image};
+pub use docker::KEEP_ENV;
+pub use image::{
+    DEFAULT_IMAGE, DEFAULT_LOCAL_IMAGE, IMAGE_ENV, ImageOrigin, LOCAL_IMAGE_ENV, RedisImage, image,
+    local_image, redis_image,
+};
 pub use network::Side;

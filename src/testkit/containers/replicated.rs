@@ -5,7 +5,8 @@ use std::io;
 use std::sync::Arc;
 
 use super::container::{REDIS_PORT, RedisContainer};
-use super::docker::{connect, ensure_image, image};
+use super::docker::connect;
+use super::image::resolved;
 use super::network::{Network, Side};
 use crate::testkit::ReplicaBackend;
 use crate::testkit::replicated::PRIMARY_FLAGS;
@@ -16,19 +17,24 @@ impl ReplicaBackend for RedisContainer {
     /// address> 6379`).
     async fn start_pair() -> io::Result<(RedisContainer, RedisContainer)> {
         let docker = connect().await?;
-        ensure_image(&docker, &image()).await?;
+        let image = resolved(&docker).await?;
         let clients = Arc::new(Network::create(&docker).await?);
         let replication = Arc::new(Network::create(&docker).await?);
         let networks = vec![clients, replication];
         let primary_flags = PRIMARY_FLAGS.iter().map(|f| (*f).to_owned()).collect();
-        let primary =
-            RedisContainer::launch(docker.clone(), networks.clone(), primary_flags).await?;
+        let primary = RedisContainer::launch(
+            docker.clone(),
+            image.name(),
+            networks.clone(),
+            primary_flags,
+        )
+        .await?;
         let flags = vec![
             "--replicaof".to_owned(),
             primary.sides[Side::B.index()].ip.to_string(),
             REDIS_PORT.to_string(),
         ];
-        let replica = RedisContainer::launch(docker, networks, flags).await?;
+        let replica = RedisContainer::launch(docker, image.name(), networks, flags).await?;
         Ok((primary, replica))
     }
 
