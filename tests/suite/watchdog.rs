@@ -108,6 +108,60 @@ async fn no_renewal_after_unlock() {
     other.unlock().await.unwrap();
 }
 
+/// The server sleeps while the release is on its way, for longer than a
+/// renewal period: the ticks that fall meanwhile must not carry the
+/// released hold. It leaves the renewal before its release is sent; a hold
+/// still counted until its release returned would be renewed right behind
+/// that release, once the server wakes.
+#[tokio::test]
+async fn no_renewal_follows_a_release_the_server_is_slow_to_answer() {
+    // A tick every 1.33 s; the keys' 4 s TTL outlasts the 2 s sleep.
+    const TIMEOUT: Duration = Duration::from_secs(4);
+    let server = debuggable_server().await;
+    let url = server.url();
+    // Replies wait out the sleep: no response timeout on the way.
+    let node = node_at(&url, Duration::from_secs(5));
+    let client = client_with_watchdog(TIMEOUT);
+    let lock = client.lock(&node, "stopped").unwrap();
+    let (_, renew_sha) = script("renew_batch");
+    let mut lines = monitor(&url).await;
+    // Another hold keeps the node's timer ticking.
+    let other = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
+    let guard = lock.lock().await.unwrap();
+    let sleeper = debug_sleep(&server, 2.0).await;
+    let sent = Instant::now();
+    guard.unlock().await.unwrap();
+    let took = sent.elapsed();
+    sleeper.await.unwrap();
+    assert!(
+        took >= TIMEOUT / 3,
+        "the release was on its way for a whole renewal period: {took:?}"
+    );
+    // The first renewal the server runs after the release's DEL (the tick
+    // queued behind it) carries only the other lock.
+    let mut released = false;
+    let followed = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next().await {
+            let on_stopped = line.args.get(1).is_some_and(|arg| arg == "stopped");
+            if line.from_script && line.command() == "del" && on_stopped {
+                released = true;
+            } else if released && line.command() == "evalsha" && line.args[1] == renew_sha {
+                assert!(
+                    !line.has_arg("stopped"),
+                    "a renewal of the released lock ran right after its release: {line:?}"
+                );
+                return;
+            } else if released && line.from_script && on_stopped {
+                panic!("a renewal of the released lock ran after its release: {line:?}");
+            }
+        }
+    });
+    followed
+        .await
+        .expect("the release, then a renewal of the other lock, went by");
+    other.unlock().await.unwrap();
+}
+
 #[tokio::test]
 async fn lost_fires_after_a_force_unlock_elsewhere() {
     let server = server().await;

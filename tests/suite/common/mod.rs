@@ -277,6 +277,51 @@ pub async fn counter(url: &str) -> u64 {
     run(url, redis::cmd("GET").arg("counter")).await.unwrap()
 }
 
+/// A server that accepts `DEBUG SLEEP` (Redis 7 refuses DEBUG by default).
+pub async fn debuggable_server() -> RedisProcess {
+    RedisProcess::start_with_args(|_| vec!["--enable-debug-command".into(), "yes".into()])
+        .await
+        .unwrap()
+}
+
+/// Freezes `server` for `seconds` from another connection; returns once the
+/// server is asleep (a PING on a third connection no longer answers).
+pub async fn debug_sleep(server: &RedisProcess, seconds: f64) -> tokio::task::JoinHandle<()> {
+    // No response timeout: the reply comes when the sleep ends.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let sleeper = tokio::spawn(async move {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(seconds)
+            .query_async::<()>(&mut admin)
+            .await
+            .expect("DEBUG SLEEP");
+    });
+    let probe = multilock::testkit::PollLimit::new(Duration::from_secs(5));
+    loop {
+        let ping = async {
+            let mut conn = raw(&server.url()).await;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        if tokio::time::timeout(Duration::from_millis(100), ping)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        probe
+            .tick(|| "the server never fell asleep".into())
+            .await
+            .unwrap();
+    }
+    sleeper
+}
+
 /// A raw subscription to `channel`, as a Java client's would be.
 pub async fn subscribe_raw(
     url: &str,
