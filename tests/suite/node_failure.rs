@@ -289,6 +289,41 @@ async fn a_timed_out_release_on_a_cold_script_cache_is_applied() {
     .unwrap();
 }
 
+/// A restarted server has an empty script cache. A new connection loads
+/// every script before it is used, so no request meets NOSCRIPT (an
+/// EVALSHA that met it and timed out before its reload would never run,
+/// and its rollback could not tell).
+#[tokio::test]
+async fn new_connections_load_the_scripts_before_any_script_call() {
+    let mut server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "cached").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    server.kill().await.unwrap();
+    server.restart().await.unwrap();
+    // A plain command (EXISTS) on a new connection: no script is sent.
+    eventually(
+        PATIENCE,
+        |err: &multilock::Error| format!("still failing after the restart: {err}"),
+        || async { lock.is_locked().await },
+    )
+    .await;
+    let hashes: Vec<String> = protocol::scripts()
+        .into_iter()
+        .map(|(_, _, hash)| hash)
+        .collect();
+    let loaded: Vec<bool> = run(
+        &server.url(),
+        redis::cmd("SCRIPT").arg("EXISTS").arg(&hashes),
+    )
+    .await
+    .unwrap();
+    assert!(
+        loaded.iter().all(|loaded| *loaded),
+        "scripts missing after the new connection was made: {loaded:?}"
+    );
+}
+
 /// The subscription connection is lost while a waiter waits, and the lock
 /// is released before it comes back (the server refuses new connections
 /// meanwhile): the unlock message reached nobody. When the subscription is
