@@ -273,6 +273,49 @@ async fn a_retried_release_returns_its_first_result() {
     );
 }
 
+/// The rollback of an acquire whose reply was lost can reach the server
+/// before the acquire itself (the rollback goes on a fresh connection once
+/// the acquire's own is broken): its tombstone refuses the acquire when it
+/// comes, so no hold is left that nobody owns. A rollback of an applied
+/// re-entry undoes it once, however often it is retried.
+#[tokio::test]
+async fn a_rollback_that_overtakes_its_acquire_refuses_it() {
+    let server = server().await;
+    let mut conn = raw(&server.url()).await;
+    let field = protocol::field("rolled-back-client", "owner");
+    let lease = Duration::from_secs(60);
+    let acquire = |hold_id: &str| protocol::acquire("overtaken", &field, lease, hold_id);
+    let rollback = |hold_id: &str| protocol::rollback("overtaken", &field, hold_id);
+
+    let undone: Option<i64> = rollback("hold-1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(undone, None, "nothing applied yet, nothing undone");
+    let late: Vec<i64> = acquire("hold-1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(
+        late,
+        vec![-1],
+        "the acquire that came after its rollback is refused"
+    );
+    assert!(!exists(&server.url(), "overtaken").await);
+
+    let outer: Vec<i64> = acquire("hold-2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(outer[..1], [1], "granted");
+    let inner: Vec<i64> = acquire("hold-3").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(inner[2], 2, "re-entered");
+    for attempt in ["first", "retried"] {
+        let _: Option<i64> = rollback("hold-3").invoke_async(&mut conn).await.unwrap();
+        let count: u32 = run(
+            &server.url(),
+            redis::cmd("HGET").arg("overtaken").arg(&field),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            count, 1,
+            "after the {attempt} rollback: the outer hold is left"
+        );
+    }
+}
+
 /// Single-node fencing is Redisson's fenced lock: the counter
 /// `redisson_lock_token:{name}` is INCRed by every grant (re-entries
 /// included), and each guard carries the value it got.
