@@ -153,4 +153,12 @@ async fn a_red_lock_ends_its_wait_on_a_wrong_password() {
     let err = outcome.unwrap_err();
     assert!(!format!("{err} {err:?}").contains("wrong"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+    // A bounded wait ends at the first round too, not at its deadline.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        red.try_lock_for(Duration::from_secs(60), None),
+    )
+    .await
+    .expect("try_lock_for() ended its 60 s wait at the refused password");
+    assert!(outcome.is_err(), "{outcome:?}");
 }

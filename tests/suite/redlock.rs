@@ -810,4 +810,12 @@ async fn a_red_lock_ends_its_wait_on_a_permanent_error() {
         .await
         .expect("lock() ended its wait");
     assert!(outcome.is_err(), "{outcome:?}");
+    // A bounded wait ends at the first round too, not at its deadline.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        red.try_lock_for(Duration::from_secs(60), None),
+    )
+    .await
+    .expect("try_lock_for() ended its 60 s wait at the permanent error");
+    assert!(outcome.is_err(), "{outcome:?}");
 }
