@@ -311,3 +311,51 @@ impl Lock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watchdog::{GrantRecord, Renewal};
+    use crate::{Client, Node};
+
+    /// A release waits for a renewal batch under way on its node before it
+    /// is sent, so that renewal cannot reach the server after the release
+    /// (nothing listens on the node's port: a release that is sent fails at
+    /// once, refused).
+    #[tokio::test]
+    async fn a_release_waits_for_a_renewal_under_way() {
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let lock = Client::new().lock(&node, "k").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let now = Instant::now();
+        let grant = GrantRecord {
+            sent_at: now,
+            replied_at: now,
+            ttl: Duration::from_secs(30),
+            count: 1,
+        };
+        let registration =
+            lock.inner
+                .core
+                .watchdogs
+                .register(&node, "k", &field, grant, Renewal::None);
+        let watchdog = registration.watchdog();
+        let part = HeldPart::new(lock, field, "hold".into(), None, registration, None);
+        let renewal = watchdog.renewal_under_way().await;
+        let release = tokio::spawn(part.release());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !release.is_finished(),
+            "the release was sent while a renewal was under way"
+        );
+        drop(renewal);
+        let released = tokio::time::timeout(Duration::from_secs(5), release)
+            .await
+            .expect("the release went once the renewal was over")
+            .unwrap();
+        assert!(
+            matches!(&released, Err(err) if err.is_node_unavailable()),
+            "{released:?}"
+        );
+    }
+}

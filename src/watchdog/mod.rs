@@ -232,6 +232,12 @@ impl NodeWatchdog {
         drop(self.renewing.lock().await);
     }
 
+    /// Holds this node's renewal lock, as a renewal batch under way does.
+    #[cfg(test)]
+    pub(crate) async fn renewal_under_way(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.renewing.lock().await
+    }
+
     /// One round: renew every entry with a hold taken without a lease, in
     /// batches. Each batch takes the `renewing` lock and drops the entries
     /// left meanwhile: an entry left before that is not renewed, and one

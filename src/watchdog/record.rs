@@ -74,6 +74,12 @@ impl Registration {
         &self.record
     }
 
+    /// The watchdog of this hold's node.
+    #[cfg(test)]
+    pub(crate) fn watchdog(&self) -> Arc<NodeWatchdog> {
+        self.record.dog.clone()
+    }
+
     /// Leaves the entry (renewal stops once no hold without a lease is
     /// left) and returns the watchdog, whose [`NodeWatchdog::quiesce`] the
     /// release must await before it is sent.
