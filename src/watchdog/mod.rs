@@ -492,6 +492,34 @@ mod tests {
         assert!(!second.record().is_over() && !first.record().is_over());
     }
 
+    /// A hold renewed by the watchdog leaves while its timer runs: the
+    /// watchdog stays until the timer's next tick finds nothing to renew,
+    /// and goes with the timer.
+    #[tokio::test(start_paused = true)]
+    async fn a_watchdog_whose_timer_ended_idle_is_dropped() {
+        let timeout = Duration::from_secs(30);
+        let watchdogs = Watchdogs::new(timeout);
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let field: Arc<str> = "c:o".into();
+        let hold = watchdogs.register(
+            &node,
+            "k",
+            &field,
+            grant(Instant::now(), 30_000, 1),
+            Renewal::Until(None),
+        );
+        drop(hold);
+        assert_eq!(watchdogs.nodes(), 1, "kept while its timer runs");
+        // Paused clock: the timer ticks (idle: it ends, sending nothing)
+        // before this sleep ends.
+        tokio::time::sleep(timeout / 3 * 2).await;
+        assert_eq!(
+            watchdogs.nodes(),
+            0,
+            "the client keeps no node once its timer ended with nothing to renew"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_watchdog_with_nothing_left_is_dropped() {
         let watchdogs = Watchdogs::new(Duration::from_secs(30));
