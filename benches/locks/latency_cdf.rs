@@ -28,7 +28,7 @@ impl Panel {
 
 /// Colour and dash of a series, by contender.
 fn style(label: &str, index: usize) -> (&'static str, &'static str) {
-    const OURS: [&str; 3] = ["#1f77b4", "#2ca02c", "#9467bd"];
+    const OURS: [&str; 4] = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b"];
     if label.starts_with("the limit") {
         ("#555555", "6 4")
     } else if label.starts_with("rslock tuned") {

@@ -4,7 +4,13 @@
 //! cargo bench --bench locks                            # full run, about 2 minutes
 //! MULTILOCK_BENCH_SMOKE=1 cargo bench --bench locks    # smoke run, a few seconds (CI)
 //! cargo bench --bench locks -- --smoke                 # the same
+//! MULTILOCK_BENCH_ONLY=degraded cargo bench --bench locks  # some sections only
 //! ```
+//!
+//! `MULTILOCK_BENCH_ONLY` takes a comma-separated list of sections:
+//! `uncontended`, `contended`, `many_keys`, `scale`, `commands`, `degraded`.
+//! With `RUST_LOG` set (`RUST_LOG=multilock=debug`), the crate's tracing
+//! goes to stderr: a timeline of rounds, subscriptions and node health.
 //!
 //! The program starts its own `redis-server` processes (five; the 1- and
 //! 3-node figures use the first one and the first three) and measures every
@@ -36,10 +42,14 @@
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
 //! - (e) Redis commands per uncontended lock+unlock: sent on the wire
 //!   (MONITOR), executed including the commands scripts run (`INFO
-//!   commandstats`), and the server time they take.
+//!   commandstats`), and the server time they take;
+//! - (f) degraded: a 5-node RedLock healthy, then with 1 and 2 servers frozen
+//!   (SIGSTOP) and 2 dead (killed): uncontended latency, critical sections
+//!   of 6 contenders, and rslock on the same servers. Last, since it stops,
+//!   kills and restarts servers.
 //!
 //! Each measurement has its own file (`uncontended`, `contended`,
-//! `many_keys`, `scale`, `wire_commands`); `contenders` puts the three
+//! `many_keys`, `scale`, `wire_commands`, `degraded`); `contenders` puts the three
 //! contenders behind one interface; `report` and `latency_cdf` write what was
 //! measured. This file holds the settings, the servers and the run order.
 //!
@@ -50,6 +60,7 @@
 
 mod contended;
 mod contenders;
+mod degraded;
 mod latency_cdf;
 mod many_keys;
 mod report;
@@ -79,6 +90,12 @@ const SERVERS: usize = 5;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -89,26 +106,40 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> BenchResult {
-    let settings = Settings::from_env();
+    let settings = Settings::from_env()?;
     let started = Instant::now();
     eprintln!(
         "starting {SERVERS} redis-server processes ({} run)",
         settings.name()
     );
-    let servers = Servers::start(SERVERS).await?;
+    let mut servers = Servers::start(SERVERS).await?;
     let mut report = Report::default();
 
     let progress = |step: &str| eprintln!("[{:6.1} s] {step}", started.elapsed().as_secs_f64());
-    progress("(a) uncontended lock+unlock");
-    let rtt = uncontended::uncontended(&settings, &servers, &mut report).await?;
-    progress("(b) contended hand-off");
-    contended::contended(&settings, &servers, rtt, &mut report).await?;
-    progress("(c) many keys");
-    many_keys::many_keys(&settings, &servers, &mut report).await?;
-    progress("(d) scale: waiters, then locks held under the watchdog");
-    scale::scale(&settings, &servers, &mut report).await?;
-    progress("(e) commands per lock+unlock");
-    wire_commands::commands(&settings, &servers, &mut report).await?;
+    if settings.runs("uncontended") {
+        progress("(a) uncontended lock+unlock");
+        uncontended::uncontended(&settings, &servers, &mut report).await?;
+    }
+    if settings.runs("contended") {
+        progress("(b) contended hand-off");
+        contended::contended(&settings, &servers, report.round_trip, &mut report).await?;
+    }
+    if settings.runs("many_keys") {
+        progress("(c) many keys");
+        many_keys::many_keys(&settings, &servers, &mut report).await?;
+    }
+    if settings.runs("scale") {
+        progress("(d) scale: waiters, then locks held under the watchdog");
+        scale::scale(&settings, &servers, &mut report).await?;
+    }
+    if settings.runs("commands") {
+        progress("(e) commands per lock+unlock");
+        wire_commands::commands(&settings, &servers, &mut report).await?;
+    }
+    if settings.runs("degraded") {
+        progress("(f) degraded: nodes frozen and dead");
+        degraded::degraded(&settings, &mut servers, &mut report).await?;
+    }
 
     progress("done");
     let took = started.elapsed();
@@ -123,9 +154,21 @@ async fn run() -> BenchResult {
 // ---------------------------------------------------------------------------
 // Settings
 
+/// The sections, as `MULTILOCK_BENCH_ONLY` names them, in run order.
+const SECTIONS: [&str; 6] = [
+    "uncontended",
+    "contended",
+    "many_keys",
+    "scale",
+    "commands",
+    "degraded",
+];
+
 /// How much to measure: the full run, or the smoke run CI does.
 struct Settings {
     smoke: bool,
+    /// The sections to run (`MULTILOCK_BENCH_ONLY`; all when unset).
+    only: Option<Vec<String>>,
     /// Uncontended lock+unlock: untimed warm-up per contender, then timed
     /// iterations split into rounds that alternate between the contenders, so
     /// that drift in the machine's state hits every contender alike.
@@ -146,15 +189,33 @@ struct Settings {
     watchdog_timeout: Duration,
     /// Lock+unlock per contender while counting commands.
     command_iterations: usize,
+    /// Degraded states: how long the contenders run, and rslock's time for
+    /// its uncontended calls (a frozen server makes each one slow).
+    degraded_window: Duration,
 }
 
 impl Settings {
-    fn from_env() -> Settings {
+    fn from_env() -> BenchResult<Settings> {
         let smoke = std::env::var("MULTILOCK_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0")
             || std::env::args().any(|arg| arg == "--smoke");
-        if smoke {
+        let only = match std::env::var("MULTILOCK_BENCH_ONLY") {
+            Ok(list) if !list.trim().is_empty() => {
+                let only: Vec<String> = list.split(',').map(|s| s.trim().to_owned()).collect();
+                if let Some(unknown) = only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                    return Err(format!(
+                        "MULTILOCK_BENCH_ONLY: no section {unknown:?} (sections: {})",
+                        SECTIONS.join(", ")
+                    )
+                    .into());
+                }
+                Some(only)
+            }
+            _ => None,
+        };
+        Ok(if smoke {
             Settings {
                 smoke,
+                only,
                 warmup: 20,
                 iterations: 200,
                 rounds: 2,
@@ -165,10 +226,12 @@ impl Settings {
                 held_locks: 1_200,
                 watchdog_timeout: Duration::from_millis(300),
                 command_iterations: 50,
+                degraded_window: Duration::from_millis(300),
             }
         } else {
             Settings {
                 smoke,
+                only,
                 warmup: 300,
                 iterations: 4_000,
                 rounds: 8,
@@ -179,12 +242,20 @@ impl Settings {
                 held_locks: 10_000,
                 watchdog_timeout: Duration::from_secs(3),
                 command_iterations: 500,
+                degraded_window: Duration::from_secs(3),
             }
-        }
+        })
     }
 
     fn name(&self) -> &'static str {
         if self.smoke { "smoke" } else { "full" }
+    }
+
+    /// Whether section `name` (one of [`SECTIONS`]) runs.
+    fn runs(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|s| s == name))
     }
 }
 
@@ -192,12 +263,12 @@ impl Settings {
 // The servers
 
 /// The redis-server processes every contender runs against, with one admin
-/// connection to each for INFO (it sends nothing else).
+/// connection to each for INFO and PING (it sends nothing else).
 struct Servers {
     urls: Vec<String>,
     admin: Vec<MultiplexedConnection>,
     /// Killed when dropped.
-    _processes: Vec<RedisProcess>,
+    processes: Vec<RedisProcess>,
 }
 
 impl Servers {
@@ -212,8 +283,37 @@ impl Servers {
         Ok(Servers {
             urls,
             admin,
-            _processes: processes,
+            processes,
         })
+    }
+
+    /// Freezes server `node` (SIGSTOP): its connections stay open and it
+    /// answers nothing.
+    async fn pause(&mut self, node: usize) -> BenchResult {
+        Ok(self.processes[node].pause().await?)
+    }
+
+    async fn unpause(&mut self, node: usize) -> BenchResult {
+        Ok(self.processes[node].unpause().await?)
+    }
+
+    /// Kills server `node`: connections to it are refused.
+    async fn kill(&mut self, node: usize) -> BenchResult {
+        Ok(TestServer::kill(&mut self.processes[node]).await?)
+    }
+
+    /// Starts server `node` again on its port, empty, with a new admin
+    /// connection.
+    async fn restart(&mut self, node: usize) -> BenchResult {
+        self.processes[node].restart().await?;
+        let client = redis::Client::open(self.urls[node].as_str())?;
+        self.admin[node] = client.get_multiplexed_async_connection().await?;
+        Ok(())
+    }
+
+    async fn ping(&self, node: usize) -> BenchResult {
+        let _: String = self.query(node, &redis::cmd("PING")).await?;
+        Ok(())
     }
 
     /// multilock nodes for the first `n` servers (default settings).
