@@ -348,8 +348,17 @@ impl Node {
     }
 
     /// Registers a waiter on `channel` of this node's shared subscription.
-    /// Waits at most `max_wait` for the server to confirm.
+    /// Waits at most `max_wait` for the server to confirm, and not at all
+    /// while the node is suspect: it would not confirm in time (a frozen
+    /// node holds the wait for all of `max_wait`, every time a waiter
+    /// subscribes), and it grants nothing meanwhile, so its unlock messages
+    /// do not matter. The subscription is still made once the node answers.
     pub(crate) async fn subscribe(&self, channel: &str, max_wait: Duration) -> Subscription {
+        let max_wait = if self.inner.health.is_suspect() {
+            Duration::ZERO
+        } else {
+            max_wait
+        };
         self.inner.subscriber.subscribe(channel, max_wait).await
     }
 }

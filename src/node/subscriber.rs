@@ -114,7 +114,7 @@ impl Subscriber {
     }
 
     /// Registers a waiter on `channel` and waits (at most the response
-    /// timeout, and at most `max_wait`) until the server confirmed the subscription. When it cannot
+    /// timeout, and at most `max_wait`: with zero, not at all) until the server confirmed the subscription. When it cannot
     /// confirm (node down), the waiter still gets a subscription: its waits
     /// are bounded by the lock's TTL, so a lost message costs time, not a hang.
     ///
@@ -148,7 +148,7 @@ impl Subscriber {
             if !self.shared.is_subscribed(channel) {
                 self.shared.send(Reconcile::One(channel.to_owned()));
                 let patience = self.shared.response_timeout.min(max_wait);
-                if tokio::time::timeout(patience, confirmed).await.is_err() {
+                if !patience.is_zero() && tokio::time::timeout(patience, confirmed).await.is_err() {
                     tracing::debug!(node = %self.shared.node, channel, "subscription not confirmed in time; waits fall back to the lock's TTL");
                 }
             }

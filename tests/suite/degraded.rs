@@ -376,3 +376,54 @@ async fn unlock_returns_at_quorum_and_the_rest_follows() {
     servers[4].unpause().await.unwrap();
     wait_absent(&servers[4].url(), NAME, PATIENCE, "released once it thawed").await;
 }
+
+/// A waiter subscribes on every node before its next round, and waits for
+/// each subscription to be confirmed, but not on a suspect node: a frozen
+/// node would hold every wait for the per-node timeout (here 2 s) and
+/// contenders would take turns at that pace. The holder releases 100 ms
+/// after the waiter started; the waiter is woken by the healthy nodes.
+#[tokio::test]
+async fn a_waiter_does_not_wait_for_a_suspect_nodes_subscription() {
+    let mut servers = servers(3).await;
+    let nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| node_at(&s.url(), Duration::from_secs(2)))
+        .collect();
+    warm(&nodes).await;
+    let red = red_lock(&nodes, Duration::from_secs(2));
+    servers[2].pause().await.unwrap();
+    let holder = red.lock_with_lease(LONG_LEASE).await.unwrap();
+    eventually(
+        PATIENCE,
+        |health: &Health| format!("the frozen node is {health:?}"),
+        || async {
+            match nodes[2].health() {
+                Health::Suspect { .. } => Ok(()),
+                health => Err(health),
+            }
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let red = red.clone();
+        async move {
+            let guard = red.lock_with_lease(LONG_LEASE).await.unwrap();
+            let took = started.elapsed();
+            guard.unlock().await.unwrap();
+            took
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.unlock().await.unwrap();
+    let took = waiter.await.unwrap();
+    assert!(
+        took < Duration::from_secs(1),
+        "the waiter got the lock {took:?} after it started waiting, 100 ms before the release"
+    );
+    servers[2].unpause().await.unwrap();
+    wait_healthy(&nodes[2]).await;
+    for s in &servers {
+        wait_absent(&s.url(), NAME, PATIENCE, "released everywhere").await;
+    }
+}
