@@ -8,8 +8,9 @@
 //!   suspect, the steady state;
 //! - critical sections completed in a fixed window by 6 contenders, each
 //!   with its own client and nodes (as separate processes would), on one
-//!   lock: hold 1 ms, release, step back until another contender was
-//!   granted, so every grant goes to a waiter;
+//!   lock, once each has taken it alone (the steady state again): hold 1 ms,
+//!   release, step back until another contender was granted, so every grant
+//!   goes to a waiter;
 //! - rslock's uncontended lock+unlock on the same servers, each call under
 //!   a timeout so that a frozen server cannot hang the run.
 //!
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use multilock::{Client, Health, Node, RedLock};
+use multilock::{Client, Health, Node};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -147,6 +148,16 @@ pub async fn degraded(
             }
         };
 
+        // rslock has no state to settle once the fault is there: every call
+        // pays it. Its warm-up (connections made) comes before.
+        time_calls(
+            rslock_lock(&manager, name("rslock-warm-up")),
+            settings.warmup,
+            0,
+            None,
+            RSLOCK_CALL_LIMIT,
+        )
+        .await?;
         fault.inject(servers).await?;
         let first = if fault == Fault::Healthy {
             None
@@ -175,22 +186,28 @@ pub async fn degraded(
                 still_healthy.join(", ")
             ));
         }
-        let contended = contend(servers, &name("contended"), settings.degraded_window).await?;
-        let rslock = {
-            let manager = manager.clone();
-            let resource = name("rslock");
-            time_calls(
-                move |attempt| Contender::Rslock {
-                    manager: manager.clone(),
-                    resource: format!("{resource}:{attempt}"),
-                },
-                settings.warmup,
-                settings.iterations,
-                Some(settings.degraded_window),
-                RSLOCK_CALL_LIMIT,
-            )
-            .await?
-        };
+        let contended = contend(
+            servers,
+            &name("contended"),
+            fault.impaired(),
+            settings.degraded_window,
+        )
+        .await?;
+        if !contended.steady {
+            report.notes.push(format!(
+                "(f) {}: after their warm-up, some contenders still counted an impaired node \
+                 healthy.",
+                fault.label()
+            ));
+        }
+        let rslock = time_calls(
+            rslock_lock(&manager, name("rslock")),
+            0,
+            settings.iterations,
+            Some(settings.degraded_window),
+            RSLOCK_CALL_LIMIT,
+        )
+        .await?;
 
         fault.repair(servers).await?;
         let recovered = wait_until_healthy(servers, &nodes).await?;
@@ -220,6 +237,19 @@ pub async fn degraded(
     Ok(())
 }
 
+/// rslock through `manager`, on lock `resource` and after each failure a
+/// fresh one.
+fn rslock_lock(
+    manager: &rslock::LockManager,
+    resource: String,
+) -> impl Fn(usize) -> Contender + Send + 'static {
+    let manager = manager.clone();
+    move |attempt| Contender::Rslock {
+        manager: manager.clone(),
+        resource: format!("{resource}:{attempt}"),
+    }
+}
+
 /// The table, the notes and the CDF panel of every state.
 fn publish(settings: &Settings, runs: Vec<DegradedRun>, report: &mut Report) {
     let mut grid = Grid::new(
@@ -230,11 +260,12 @@ fn publish(settings: &Settings, runs: Vec<DegradedRun>, report: &mut Report) {
              ones. multilock: uncontended lock+unlock (30 s lease) after a warm-up of {} \
              (node health has marked the impaired nodes suspect: the steady state), {} \
              timed; first = the first lock+unlock after the fault. Critical sections: {} \
-             contenders, each with its own client and nodes, on one lock, hold {} ms, \
-             release, step back until another was granted; completed in {:.1} s after a \
-             warm-up tenth. rslock: lock + unlock, each call under a {} s timeout, as many \
-             as fit in {:.1} s (at most {}); a timed-out call counts as a failure with its \
-             time as a sample. Ratios are to the healthy state",
+             contenders, each with its own client and nodes, on one lock, each warmed up by \
+             taking it alone; then hold {} ms, release, step back until another was granted; \
+             completed in {:.1} s after a warm-up tenth. rslock: lock + unlock, warmed up before the fault (it has no \
+             node health to settle), each call under a {} s timeout, as many as fit in \
+             {:.1} s (at most {}, at least one); a timed-out call counts as a failure with \
+             its time as a sample. Ratios are to the healthy state",
             settings.warmup,
             settings.iterations,
             CONTENDERS,
@@ -378,6 +409,8 @@ async fn lock_unlock_within(contender: &Contender, limit: Duration) -> bool {
 
 /// The contenders' run on one lock.
 struct ContendedRun {
+    /// Every contender counted the impaired nodes suspect after its warm-up.
+    steady: bool,
     sections: usize,
     per_contender: Vec<usize>,
     failures: usize,
@@ -389,7 +422,46 @@ struct ContendedRun {
 /// step back until another was granted (at most 500 ms). Counts the
 /// critical sections granted after the first tenth and completed, with their
 /// release, within the window.
-async fn contend(servers: &Servers, name: &str, window: Duration) -> BenchResult<ContendedRun> {
+///
+/// First, each contender takes and releases the lock alone, one after the
+/// other: its connections are made, and its nodes find the `impaired`
+/// servers out (the steady state). Without it, the first rounds, which
+/// contenders starting together split between them, wait for a frozen
+/// server's answer up to the per-node timeout (500 ms): a lost round that
+/// could still win with that answer waits for it.
+async fn contend(
+    servers: &Servers,
+    name: &str,
+    impaired: Range<usize>,
+    window: Duration,
+) -> BenchResult<ContendedRun> {
+    let mut locks = Vec::with_capacity(CONTENDERS);
+    let mut watched = Vec::new();
+    for _ in 0..CONTENDERS {
+        let nodes = servers.nodes(SERVERS)?;
+        let red = Client::new().red_lock_on(&nodes, name)?;
+        let alone = red.clone();
+        let _ = tokio::spawn(async move {
+            let guard = tokio::time::timeout(OURS_CALL_LIMIT, alone.lock_with_lease(LEASE)).await;
+            if let Ok(Ok(guard)) = guard {
+                let _ = tokio::time::timeout(OURS_CALL_LIMIT, guard.unlock()).await;
+            }
+        })
+        .await;
+        watched.extend(nodes[impaired.clone()].iter().cloned());
+        locks.push(red);
+    }
+    let steady = {
+        let started = Instant::now();
+        loop {
+            let suspect = watched.iter().all(|node| node.health() != Health::Healthy);
+            if suspect || started.elapsed() > Duration::from_secs(2) {
+                break suspect;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+
     let start = Instant::now();
     let counted_from = start + window / 10;
     let stop_at = start + window;
@@ -400,8 +472,7 @@ async fn contend(servers: &Servers, name: &str, window: Duration) -> BenchResult
     let failures = Arc::new(AtomicUsize::new(0));
     let mut set = JoinSet::new();
     let counts: Vec<Arc<AtomicUsize>> = (0..CONTENDERS).map(|_| Arc::default()).collect();
-    for count in &counts {
-        let red: RedLock = Client::new().red_lock_on(&servers.nodes(SERVERS)?, name)?;
+    for (red, count) in locks.into_iter().zip(&counts) {
         let (grants, inside, overlaps, failures, count) = (
             grants.clone(),
             inside.clone(),
@@ -449,6 +520,7 @@ async fn contend(servers: &Servers, name: &str, window: Duration) -> BenchResult
     join_within(set, DRAIN_LIMIT).await?;
     let per_contender: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     Ok(ContendedRun {
+        steady,
         sections: per_contender.iter().sum(),
         per_contender,
         failures: failures.load(Ordering::Relaxed),
