@@ -347,6 +347,12 @@ impl Node {
         })
     }
 
+    /// Registers a waiter on `channel` if this node's shared subscription
+    /// already has it confirmed (other local waiters are on it): no I/O.
+    pub(crate) fn join_subscription(&self, channel: &str) -> Option<Subscription> {
+        self.inner.subscriber.join(channel)
+    }
+
     /// Registers a waiter on `channel` of this node's shared subscription.
     /// Waits at most `max_wait` for the server to confirm, and not at all
     /// while the node is suspect: it would not confirm in time (a frozen

@@ -157,6 +157,25 @@ impl Subscriber {
     }
 }
 
+impl Subscriber {
+    /// Registers a waiter on `channel` if the server already confirmed a
+    /// subscription to it here (other waiters of this process are on it):
+    /// no I/O and no wait. `None` when the channel is not subscribed yet.
+    pub(crate) fn join(&self, channel: &str) -> Option<Subscription> {
+        let wake = {
+            let mut channels = self.shared.channels.lock().unwrap();
+            let ch = channels.get_mut(channel).filter(|ch| ch.subscribed)?;
+            ch.waiters += 1;
+            ch.wake.clone()
+        };
+        Some(Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            wake,
+        })
+    }
+}
+
 impl Shared {
     fn is_subscribed(&self, channel: &str) -> bool {
         self.channels

@@ -76,7 +76,11 @@ impl Lock {
 
     /// Attempt; subscribe; then attempt again after every wake-up (unlock
     /// message, or the holder's TTL) until granted or past the deadline.
-    /// With a deadline, every attempt ends by it: a node that does not
+    /// When other waiters of this process already hold a confirmed
+    /// subscription to the lock's channel, the waiter joins it first and
+    /// its first attempt is already covered: no attempt is spent before
+    /// subscribing (a contended acquisition costs one failed attempt, not
+    /// two). With a deadline, every attempt ends by it: a node that does not
     /// answer cannot stretch the wait by its connect and reply timeouts.
     /// `first_taken`: set when an attempt first finds the lock held by
     /// someone else (the wait that follows is measured from there).
@@ -87,43 +91,52 @@ impl Lock {
         deadline: Option<Instant>,
         first_taken: &mut Option<Instant>,
     ) -> Result<Option<HeldPart>> {
+        let channel = &self.inner.keys.channel;
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
-        match self.attempt_by(owner, lease, first_bound).await? {
-            Some(Attempt::Granted(part)) => return Ok(Some(part)),
-            Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
-            Some(Attempt::Expired) => {}
-            None => return Err(self.no_answer()),
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        // Subscribe before the next attempt: a release between that attempt
-        // and the wait below is then a message we receive.
-        let patience = deadline.map_or(Duration::MAX, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
-        let subscription = self
-            .inner
-            .node
-            .subscribe(&self.inner.keys.channel, patience)
-            .await;
+        // `answered`: the node answered an attempt of this wait.
+        let (subscription, mut bound, mut answered) =
+            match self.inner.node.join_subscription(channel) {
+                Some(subscription) => (subscription, first_bound, false),
+                None => {
+                    match self.attempt_by(owner, lease, first_bound).await? {
+                        Some(Attempt::Granted(part)) => return Ok(Some(part)),
+                        Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
+                        Some(Attempt::Expired) => {}
+                        None => return Err(self.no_answer()),
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                    // Subscribe before the next attempt: a release between that
+                    // attempt and the wait below is then a message we receive.
+                    let patience = deadline.map_or(Duration::MAX, |d| {
+                        d.saturating_duration_since(Instant::now())
+                    });
+                    let subscription = self.inner.node.subscribe(channel, patience).await;
+                    (subscription, deadline, true)
+                }
+            };
         loop {
             let woken = subscription.wake().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let ttl = match self.attempt_by(owner, lease, deadline).await? {
+            let ttl = match self.attempt_by(owner, lease, bound).await? {
                 Some(Attempt::Granted(part)) => return Ok(Some(part)),
                 Some(Attempt::Taken(ttl)) => {
                     first_taken.get_or_insert_with(Instant::now);
                     ttl
                 }
                 Some(Attempt::Expired) => Some(Duration::ZERO),
+                // The node never answered within the whole wait.
+                None if !answered => return Err(self.no_answer()),
                 // The wait ran out with this attempt in flight; the node
                 // answered before (taken), so: not acquired within the wait.
                 None => return Ok(None),
             };
+            answered = true;
+            bound = deadline;
             let mut nap = ttl.unwrap_or(MAX_BLIND_WAIT);
             if let Some(deadline) = deadline {
                 let now = Instant::now();

@@ -1,6 +1,7 @@
 //! Waiting and cancellation: pub/sub wake-ups, bounded waits, and futures
 //! dropped at any point leaving nothing held.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -296,4 +297,82 @@ async fn waiters_share_one_subscription_connection() {
     for name in &names {
         wait_for_listeners(&url, name, 0).await;
     }
+}
+
+/// A waiter that finds its lock's channel already subscribed by another
+/// waiter of its process joins that subscription before its first attempt,
+/// so it sends one failed attempt before it parks, not two (one before
+/// subscribing and one after). The holder keeps the lock for a minute and
+/// the waiters hold with a lease (no renewals): every EVALSHA on the server
+/// is an acquire or a release of this test.
+#[tokio::test]
+async fn a_waiter_joining_a_subscribed_channel_tries_once_before_it_waits() {
+    let server = server().await;
+    let url = server.url();
+    let node = node(&server);
+    let holder = client()
+        .lock(&node, "joined")
+        .unwrap()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let waiters = Client::new().lock(&node, "joined").unwrap();
+    let before = command_calls(&url).await;
+    let sent_since = |before: HashMap<String, u64>, url: String| async move {
+        let after = command_calls(&url).await;
+        delta(&before, &after).get("evalsha").copied().unwrap_or(0)
+    };
+    let wait = |lock: multilock::Lock| {
+        tokio::spawn(async move {
+            let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+            guard.unlock().await.unwrap();
+        })
+    };
+    let reached = |count: u64| {
+        let (before, url) = (before.clone(), url.clone());
+        async move {
+            eventually(
+                PATIENCE,
+                |seen| format!("{seen} acquire attempts, expected {count}"),
+                || {
+                    let (before, url) = (before.clone(), url.clone());
+                    async move {
+                        let sent = sent_since(before, url).await;
+                        if sent >= count { Ok(()) } else { Err(sent) }
+                    }
+                },
+            )
+            .await
+        }
+    };
+    // The first waiter: an attempt, the subscription, an attempt, parked.
+    let first = wait(waiters.clone());
+    wait_for_listeners(&url, "joined", 1).await;
+    reached(2).await;
+    // The second joins the confirmed subscription and tries once.
+    let second = wait(waiters.clone());
+    reached(3).await;
+    // Watch a while: a second attempt before parking would follow at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sent_since(before.clone(), url.clone()).await,
+        3,
+        "the second waiter tried once before it waited"
+    );
+    assert!(!first.is_finished() && !second.is_finished());
+    holder.unlock().await.unwrap();
+    tokio::time::timeout(PATIENCE, first)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(PATIENCE, second)
+        .await
+        .unwrap()
+        .unwrap();
+    // The holder's release, then per waiter: its grant and its release.
+    assert_eq!(
+        sent_since(before, url).await,
+        3 + 1 + 2 * 2,
+        "one release wakes one waiter, whose attempt is granted"
+    );
 }
