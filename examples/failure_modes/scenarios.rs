@@ -431,11 +431,14 @@ async fn take_bare_majority(
     if t.kind != Kind::Red {
         return Ok(take(run, &t.lock(a_client), Some(LEASE)).await);
     }
-    t.server(3).pause().await?;
-    t.server(4).pause().await?;
+    // Nodes 4 and 5 are dead while A acquires, then come back empty: A
+    // holds nodes 1 to 3 only. (Frozen instead, they would grant late and
+    // A's guard would adopt those grants, holding all five.)
+    t.server(3).kill().await?;
+    t.server(4).kill().await?;
     let a = take(run, &t.lock(a_client), Some(LEASE)).await;
-    t.server(3).unpause().await?;
-    t.server(4).unpause().await?;
+    t.server(3).restart().await?;
+    t.server(4).restart().await?;
     run.event("A holds 3 of 5");
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(a)
