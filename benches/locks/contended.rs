@@ -37,7 +37,9 @@ pub async fn contended(
             "tight loop: each task releases at once and acquires again at once; hand-off loop: \
              each task holds 1 ms, releases, and steps back until another task was granted, so \
              every grant goes to a parked waiter. Hand-off = another task's grant after the \
-             holder's release completed (one clock); re-grants = grants straight back to the \
+             holder's release completed (one clock; its p50, p99 and mean are over the \
+             hand-offs to another task, a grant that came before the holder had its release \
+             reply counting as zero); re-grants = grants straight back to the \
              task that had just released; a round trip = half the limit's 1-node lock+unlock \
              p50 ({round_trip:.1} µs); Redis CPU = the server's user+system CPU time over the \
              run (INFO cpu) per grant; rslock tuned = unlimited retries and the retry delay, \
@@ -72,10 +74,11 @@ pub async fn contended(
                 let run = contend_on(servers, &contender, k, settings.run_for, pace).await?;
                 report.notes.push(format!(
                     "(b) {case}, rslock retry delay {delay:?}: hand-off p50 {:.1} µs, p99 \
-                     {:.1} µs, {} acquisitions/s, {:.0} % re-grants, Redis CPU {:.1} µs per \
+                     {:.1} µs, mean {:.1} µs, {} acquisitions/s, {:.0} % re-grants, Redis CPU {:.1} µs per \
                      acquisition.",
                     run.handoffs.p50(),
                     run.handoffs.p99(),
+                    run.handoffs.mean(),
                     group(run.per_second),
                     run.regrants,
                     run.server_cpu
@@ -91,6 +94,7 @@ pub async fn contended(
             let mut figures: Vec<Figure> = vec![
                 ("hand-off p50 (µs)", Unit::Micros, |c| c.handoffs.p50()),
                 ("hand-off p99 (µs)", Unit::Micros, |c| c.handoffs.p99()),
+                ("hand-off mean (µs)", Unit::Micros, |c| c.handoffs.mean()),
                 ("acquisitions/s", Unit::PerSecond, |c| c.per_second),
                 ("Redis CPU per acquisition (µs)", Unit::Micros, |c| {
                     c.server_cpu
@@ -129,11 +133,28 @@ pub async fn contended(
                 }
                 report.panels.push(panel);
             }
-            report.handoffs.push((case, ours));
+            report.handoffs.push(ContendedCase {
+                case,
+                tasks: k,
+                pace,
+                ours,
+                rslock: default,
+            });
         }
     }
     report.tables.push(table);
     Ok(())
+}
+
+/// One case of the contended table: multilock's run and rslock's with its
+/// default retries.
+pub struct ContendedCase {
+    /// "K=8, hand-off loop".
+    pub case: String,
+    pub tasks: usize,
+    pub pace: Pace,
+    pub ours: Contention,
+    pub rslock: Contention,
 }
 
 /// A row of the contended table: its name, unit, and how to read it.
@@ -141,7 +162,7 @@ type Figure = (&'static str, Unit, fn(&Contention) -> f64);
 
 /// How the tasks of a contended case loop.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Pace {
+pub enum Pace {
     /// Release at once and acquire again at once: the releaser races the
     /// waiters.
     Tight,
@@ -175,14 +196,14 @@ pub struct Contention {
     regrants: f64,
     per_second: f64,
     /// Grants over the whole run, warm-up and drain included.
-    grants: u64,
+    pub grants: u64,
     /// Server CPU per grant, µs (set by the caller, who reads INFO cpu).
     server_cpu: f64,
 }
 
 /// K tasks acquire and release one lock in a loop for `run_for`; the first
 /// tenth is warm-up.
-async fn contend(
+pub async fn contend(
     contender: &Contender,
     tasks: usize,
     run_for: Duration,

@@ -87,6 +87,11 @@ type BenchResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
 const LEASE: Duration = Duration::from_secs(30);
 /// Server processes started; the 1- and 3-node cases use the first ones.
 const SERVERS: usize = 5;
+/// Tasks on one lock in the contended figures with targets: the mean
+/// hand-off (b) and the commands per contended acquisition (e).
+const CONTENDED_TASKS: usize = 8;
+/// Tasks, each on its own lock, in the many-keys figure with a target (c).
+const MANY_KEYS_TASKS: usize = 64;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -219,7 +224,7 @@ impl Settings {
                 warmup: 20,
                 iterations: 200,
                 rounds: 2,
-                tasks: vec![4, 16],
+                tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(150),
                 rslock_delays: vec![Duration::from_millis(1)],
                 waiters: 500,
@@ -235,7 +240,7 @@ impl Settings {
                 warmup: 300,
                 iterations: 4_000,
                 rounds: 8,
-                tasks: vec![8, 64],
+                tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(1500),
                 rslock_delays: [1, 5, 20].map(Duration::from_millis).to_vec(),
                 waiters: 10_000,
