@@ -36,7 +36,8 @@
 //!   The hand-off is the time from one holder's release completing to the
 //!   next holder's grant, both read from one monotonic clock; rslock runs
 //!   with its default retries and with the best retry delay of a sweep;
-//! - (c) many keys: K tasks on K different locks, acquisitions per second;
+//! - (c) many keys: K tasks on K different locks, acquisitions per second
+//!   (1 node, K=64: in rounds, the contenders taking turns);
 //! - (d) scale: server connections and this process's memory with 10,000
 //!   tasks waiting on one lock; watchdog renewal calls per node per tick with
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
@@ -184,6 +185,10 @@ struct Settings {
     /// case runs (its first tenth is a warm-up, not counted).
     tasks: Vec<usize>,
     run_for: Duration,
+    /// Rounds, and how long each runs, of the many-keys case with a target
+    /// (1 node, [`MANY_KEYS_TASKS`]): multilock, the limit and rslock take
+    /// turns, so that drift in the machine's state hits all three alike.
+    many_keys_rounds: (usize, Duration),
     /// rslock retry delays tried for its tuned figures (with unlimited
     /// retries); the tuned column shows the one with the lowest hand-off p50.
     rslock_delays: Vec<Duration>,
@@ -226,6 +231,7 @@ impl Settings {
                 rounds: 2,
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(150),
+                many_keys_rounds: (2, Duration::from_millis(150)),
                 rslock_delays: vec![Duration::from_millis(1)],
                 waiters: 500,
                 held_locks: 1_200,
@@ -242,6 +248,7 @@ impl Settings {
                 rounds: 8,
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(1500),
+                many_keys_rounds: (12, Duration::from_millis(500)),
                 rslock_delays: [1, 5, 20].map(Duration::from_millis).to_vec(),
                 waiters: 10_000,
                 held_locks: 10_000,

@@ -9,15 +9,25 @@ use multilock::Client;
 use tokio::task::JoinSet;
 
 use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Limit, join_within};
-use crate::report::{Cell, Report, Table, Unit};
-use crate::{BenchResult, Servers, Settings};
+use crate::report::{Cell, ManyKeysTarget, Report, Table, Unit, group};
+use crate::{BenchResult, MANY_KEYS_TASKS, Servers, Settings};
 
 /// Each contender's acquisitions per second for every K, on 1 and 5 nodes.
 pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Report) -> BenchResult {
     let mut table = Table::new(
         "(c) Many keys: K tasks, each on its own lock, acquisitions/s",
-        "1 node: Lock; 5 nodes: RedLock. Each contender shares one client / manager / set of \
-         connections between its tasks",
+        &format!(
+            "1 node: Lock; 5 nodes: RedLock. Each contender shares one client / manager / set of \
+             connections between its tasks: the limit's K tasks send their EVALSHAs over one \
+             multiplexed connection per node (clones of one redis-rs MultiplexedConnection \
+             share its socket, and pipeline). 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, \
+             the three contenders taking turns (each round starting with the next one), each \
+             contender's median over the rounds; every other case: one run \
+             of {} ms. Each run's first tenth is a warm-up, not counted",
+            settings.many_keys_rounds.0,
+            settings.many_keys_rounds.1.as_millis(),
+            settings.run_for.as_millis()
+        ),
         &["limit", "rslock"],
     );
     let client = Client::new();
@@ -27,59 +37,101 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
         let manager = servers.rslock(n);
         for &k in &settings.tasks {
             let name = |who: &str, i: usize| format!("bench:many:{n}:{k}:{who}:{i}");
-            let ours = many_locks(
-                |i| {
-                    let lock = if n == 1 {
-                        AnyLock::Single(client.lock(&nodes[0], name("ours", i))?)
-                    } else {
-                        AnyLock::Red(client.red_lock_on(&nodes, name("ours", i))?)
-                    };
-                    Ok(Contender::multilock(lock))
-                },
-                k,
-                settings.run_for,
-            )
-            .await?;
-            let limit = many_locks(
-                |i| {
-                    Ok(Contender::Limit(Limit::new(
-                        conns.clone(),
-                        name("limit", i),
-                    )))
-                },
-                k,
-                settings.run_for,
-            )
-            .await?;
-            let rslock = many_locks(
-                |i| {
-                    Ok(Contender::Rslock {
+            let contender = |who: usize, i: usize| -> BenchResult<Contender> {
+                Ok(match who {
+                    OURS if n == 1 => Contender::multilock(AnyLock::Single(
+                        client.lock(&nodes[0], name("ours", i))?,
+                    )),
+                    OURS => Contender::multilock(AnyLock::Red(
+                        client.red_lock_on(&nodes, name("ours", i))?,
+                    )),
+                    LIMIT => Contender::Limit(Limit::new(conns.clone(), name("limit", i))),
+                    _ => Contender::Rslock {
                         manager: manager.clone(),
                         resource: name("rslock", i),
-                    })
-                },
-                k,
-                settings.run_for,
-            )
-            .await?;
+                    },
+                })
+            };
+            let target = n == 1 && k == MANY_KEYS_TASKS;
+            let (rounds, run_for) = if target {
+                settings.many_keys_rounds
+            } else {
+                (1, settings.run_for)
+            };
+            // Per contender, acquisitions/s in each round; each round starts
+            // with the next contender.
+            let mut rates = [const { Vec::new() }; 3];
+            for round in 0..rounds {
+                for turn in 0..3 {
+                    let who = (round + turn) % 3;
+                    let rate = many_locks(|i| contender(who, i), k, run_for).await?;
+                    rates[who].push(rate);
+                }
+            }
             let what = if n == 1 {
                 "1 node, Lock"
             } else {
                 "5 nodes, RedLock"
             };
-            report
-                .many_keys
-                .push((format!("{what}, K={k}"), ours, limit));
+            let case = format!("{what}, K={k}");
+            let [ours, limit, rslock] = rates.each_ref().map(|rates| median(rates));
+            report.many_keys.push((case.clone(), ours, limit));
             table.row(
-                format!("{what}, K={k}"),
+                case.clone(),
                 Unit::PerSecond,
                 Cell::of(ours),
                 vec![Some(Cell::of(limit)), Some(Cell::of(rslock))],
             );
+            if target {
+                let ratios: Vec<f64> = rates[OURS]
+                    .iter()
+                    .zip(&rates[LIMIT])
+                    .map(|(ours, limit)| ours / limit)
+                    .collect();
+                let listed = |values: &[f64], show: fn(f64) -> String| {
+                    values
+                        .iter()
+                        .map(|v| show(*v))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                report.notes.push(format!(
+                    "(c) {case}, {rounds} rounds of {} ms: multilock ÷ the limit in each: {}; \
+                     acquisitions/s of multilock {}; of the limit {}; of rslock {}.",
+                    run_for.as_millis(),
+                    listed(&ratios, |r| format!("{r:.2}")),
+                    listed(&rates[OURS], group),
+                    listed(&rates[LIMIT], group),
+                    listed(&rates[RSLOCK], group),
+                ));
+                report.many_keys_target = Some(ManyKeysTarget {
+                    case,
+                    ours,
+                    limit,
+                    rslock,
+                    ratios,
+                });
+            }
         }
     }
     report.tables.push(table);
     Ok(())
+}
+
+/// The contenders of a many-keys case, as [`many_keys`] takes turns.
+const OURS: usize = 0;
+const LIMIT: usize = 1;
+const RSLOCK: usize = 2;
+
+/// The median of some values (the mean of the middle two of an even count).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        len if len % 2 == 1 => sorted[len / 2],
+        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
+    }
 }
 
 /// K tasks, each on its own lock, lock+unlock in a loop; acquisitions per
