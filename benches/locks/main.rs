@@ -43,7 +43,8 @@
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
 //! - (e) Redis commands per uncontended lock+unlock: sent on the wire
 //!   (MONITOR), executed including the commands scripts run (`INFO
-//!   commandstats`), and the server time they take;
+//!   commandstats`), and the server time they take; then the commands sent
+//!   per contended acquisition, K tasks on one lock in the loops of (b);
 //! - (f) degraded: a 5-node RedLock healthy, then with 1 and 2 servers frozen
 //!   (SIGSTOP) and 2 dead (killed): uncontended latency, critical sections
 //!   of 6 contenders, and rslock on the same servers. Last, since it stops,
@@ -141,6 +142,8 @@ async fn run() -> BenchResult {
     if settings.runs("commands") {
         progress("(e) commands per lock+unlock");
         wire_commands::commands(&settings, &servers, &mut report).await?;
+        progress("(e) commands per contended acquisition");
+        wire_commands::contended_commands(&settings, &servers, &mut report).await?;
     }
     if settings.runs("degraded") {
         progress("(f) degraded: nodes frozen and dead");

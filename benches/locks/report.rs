@@ -34,6 +34,8 @@ pub struct Report {
     pub many_keys: Vec<(String, f64, f64)>,
     /// The many-keys case with a target (1 node, K=64).
     pub many_keys_target: Option<ManyKeysTarget>,
+    /// Commands sent per contended acquisition, per loop.
+    pub contended_commands: Vec<ContendedCommands>,
     pub subscriptions: Option<(usize, usize)>,
     pub renewals: Option<(usize, f64, f64)>,
     pub commands_1: Option<f64>,
@@ -51,6 +53,16 @@ pub struct ManyKeysTarget {
     pub rslock: f64,
     /// multilock ÷ the limit in each round.
     pub ratios: Vec<f64>,
+}
+
+/// Commands sent per contended acquisition in one loop, with the breakdown
+/// by command.
+pub struct ContendedCommands {
+    /// "K=8, hand-off loop".
+    pub case: String,
+    pub pace: Pace,
+    pub ours: Cell,
+    pub rslock: Cell,
 }
 
 struct Target {
@@ -200,6 +212,22 @@ impl Report {
                 goal: "2 commands sent per uncontended 1-node lock+unlock".into(),
                 measured: format!("{commands:.2}"),
                 met: commands > 0.0 && commands <= 2.0,
+            });
+        }
+        for run in self
+            .contended_commands
+            .iter()
+            .filter(|run| run.pace == Pace::HandOff)
+        {
+            targets.push(Target {
+                section: "(e)",
+                goal: format!("≤ 3 commands sent per contended acquisition ({})", run.case),
+                measured: format!(
+                    "{} (rslock {})",
+                    run.ours.render(Unit::Count),
+                    run.rslock.render(Unit::Count)
+                ),
+                met: run.ours.value > 0.0 && run.ours.value <= 3.0,
             });
         }
         if let Some(healthy) = self.degraded.iter().find(|run| !run.impaired) {

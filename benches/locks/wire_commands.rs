@@ -1,26 +1,32 @@
 //! (e) Redis commands per uncontended lock+unlock: sent on the wire
 //! (MONITOR), executed including the commands scripts run (INFO
-//! commandstats), and the server time they take.
+//! commandstats), and the server time they take. Then the commands sent
+//! per contended acquisition: K tasks on one lock, in the loops of (b).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use multilock::Client;
+use multilock::testkit::protocol;
+use multilock::{Client, Node};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 
+use crate::contended::{Pace, contend};
 use crate::contenders::{AnyLock, Contender, Limit};
-use crate::report::{Cell, Report, Table, Unit};
-use crate::{BenchResult, CommandStat, Servers, Settings};
+use crate::report::{Cell, ContendedCommands, Report, Table, Unit};
+use crate::{BenchResult, CONTENDED_TASKS, CommandStat, Servers, Settings};
 
 /// Every contender's commands on 1 and 5 nodes.
 pub async fn commands(settings: &Settings, servers: &Servers, report: &mut Report) -> BenchResult {
     let mut table = Table::new(
         "(e) Redis commands per uncontended lock+unlock, all nodes together",
-        "sent = what goes on the wire (MONITOR; the crate's budget is one script call per node \
-         and operation); executed = INFO commandstats, which also counts the commands the \
-         scripts run; server time = commandstats usec of the commands sent (a script's \
-         includes the commands it runs)",
+        &format!(
+            "sent = what goes on the wire (MONITOR; the crate's budget is one script call per \
+             node and operation); executed = INFO commandstats, which also counts the commands \
+             the scripts run; server time = commandstats usec of the commands sent (a script's \
+             includes the commands it runs){SENT_BREAKDOWN}"
+        ),
         &["limit", "rslock"],
     );
     let client = Client::new();
@@ -96,6 +102,101 @@ pub async fn commands(settings: &Settings, servers: &Servers, report: &mut Repor
     Ok(())
 }
 
+/// Per K tasks on one lock (1 node), the commands sent per acquisition:
+/// multilock's Lock in the hand-off and the tight loop of (b), and rslock
+/// with its default retries in the same loops, each run under MONITOR.
+pub async fn contended_commands(
+    settings: &Settings,
+    servers: &Servers,
+    report: &mut Report,
+) -> BenchResult {
+    let k = CONTENDED_TASKS;
+    let mut table = Table::new(
+        &format!("(e) Redis commands sent per contended acquisition: K={k} tasks on one lock"),
+        &format!(
+            "1 node; multilock Lock and rslock (default retries) in the loops of (b), each run \
+             for {} ms under MONITOR, after an unwatched run of a fifth of that which opened the \
+             connections. Counted: every command a client sends from the start of the watched \
+             run to the end of its last task (its warm-up tenth and drain included): acquire \
+             attempts, releases (rslock also releases after each failed attempt), and the \
+             subscription connection's SUBSCRIBE, UNSUBSCRIBE and PING; divided by the \
+             grants of the run, all of them counted. Not counted: the commands scripts run (PUBLISH, HSET, ...). \
+             MONITOR slows the server, so the loops run a little slower than in (b){}",
+            settings.run_for.as_millis(),
+            SENT_BREAKDOWN
+        ),
+        &["rslock"],
+    );
+    let client = Client::new();
+    let node = Node::new(&servers.urls[0])?;
+    for (pace, loop_name) in [
+        (Pace::HandOff, "hand-off loop"),
+        (Pace::Tight, "tight loop"),
+    ] {
+        let case = format!("K={k}, {loop_name}");
+        let name = |who: &str| format!("bench:contended-commands:{loop_name}:{who}");
+        let ours = Contender::multilock(AnyLock::Single(client.lock(&node, name("multilock"))?));
+        let ours = count_contended(servers, &ours, k, settings.run_for, pace).await?;
+        let rslock = Contender::Rslock {
+            manager: servers.rslock(1),
+            resource: name("rslock"),
+        };
+        let rslock = count_contended(servers, &rslock, k, settings.run_for, pace).await?;
+        table.row(
+            format!("{case}: sent per acquisition"),
+            Unit::Count,
+            ours.sent.clone(),
+            vec![Some(rslock.sent.clone())],
+        );
+        table.row(
+            format!("{case}: acquisitions counted"),
+            Unit::Whole,
+            Cell::of(ours.grants as f64),
+            vec![Some(Cell::of(rslock.grants as f64))],
+        );
+        report.contended_commands.push(ContendedCommands {
+            case,
+            pace,
+            ours: ours.sent,
+            rslock: rslock.sent,
+        });
+    }
+    report.tables.push(table);
+    Ok(())
+}
+
+/// What a breakdown of the commands sent shows, for a table's caption.
+const SENT_BREAKDOWN: &str = ". In brackets: the commands sent, each per operation; EVALSHA \
+     is split by the crate's script it names (acquire, release, ...), another script's \
+     EVALSHA (rslock's release) is plain evalsha";
+
+/// Commands sent per acquisition while K tasks fight over one lock.
+struct ContendedCount {
+    sent: Cell,
+    grants: u64,
+}
+
+/// K tasks on one lock for `run_for` under MONITOR, after a short
+/// unwatched run that makes the connections (the subscription's too).
+async fn count_contended(
+    servers: &Servers,
+    contender: &Contender,
+    tasks: usize,
+    run_for: Duration,
+    pace: Pace,
+) -> BenchResult<ContendedCount> {
+    contend(contender, tasks, run_for / 5, pace).await?;
+    let monitor = Monitor::start(&servers.urls[0]).await?;
+    let marker = format!("bench-marker-{}", uuid::Uuid::new_v4());
+    let collector = monitor.collect(marker.clone());
+    let run = contend(contender, tasks, run_for, pace).await?;
+    let sent = finish(servers, 0, &marker, collector).await?;
+    Ok(ContendedCount {
+        sent: per_op(&sent, run.grants as usize),
+        grants: run.grants,
+    })
+}
+
 /// Commands that only the measurement itself sends.
 const MEASUREMENT_COMMANDS: [&str; 3] = ["info", "echo", "monitor"];
 
@@ -117,25 +218,55 @@ impl Monitor {
         }
     }
 
-    /// Adds the commands clients sent, by name, to `sent`, up to the line
-    /// that carries `marker`.
-    async fn collect(mut self, marker: &str, sent: &mut BTreeMap<String, u64>) -> BenchResult {
-        // `+1700000000.123456 [0 127.0.0.1:50000] "evalsha" "…" …`, or
-        // `[0 lua]` for a command run by a script.
-        while let Some(line) = self.lines.next_line().await? {
-            if line.contains(marker) {
-                return Ok(());
-            }
-            let Some((source, command)) = line.split_once("] ") else {
-                continue;
-            };
-            let name = command.split('"').nth(1).unwrap_or_default().to_lowercase();
-            if !source.ends_with(" lua") && !MEASUREMENT_COMMANDS.contains(&name.as_str()) {
+    /// Counts the commands clients send, by name, up to the line that
+    /// carries `marker`, in a task of its own: reading while the commands
+    /// go keeps the server's buffer for this connection small. EVALSHA is
+    /// counted by the crate's script it names (`evalsha acquire`).
+    fn collect(mut self, marker: String) -> JoinHandle<BenchResult<BTreeMap<String, u64>>> {
+        let scripts: BTreeMap<String, &str> = protocol::scripts()
+            .into_iter()
+            .map(|(name, _, sha)| (sha, name))
+            .collect();
+        tokio::spawn(async move {
+            let mut sent = BTreeMap::new();
+            // `+1700000000.123456 [0 127.0.0.1:50000] "evalsha" "<sha>" …`,
+            // or `[0 lua]` for a command run by a script.
+            while let Some(line) = self.lines.next_line().await? {
+                if line.contains(&marker) {
+                    return Ok(sent);
+                }
+                let Some((source, command)) = line.split_once("] ") else {
+                    continue;
+                };
+                let mut quoted = command.split('"').skip(1).step_by(2);
+                let mut name = quoted.next().unwrap_or_default().to_lowercase();
+                if source.ends_with(" lua") || MEASUREMENT_COMMANDS.contains(&name.as_str()) {
+                    continue;
+                }
+                if name == "evalsha"
+                    && let Some(script) = quoted.next().and_then(|sha| scripts.get(sha))
+                {
+                    name = format!("evalsha {script}");
+                }
                 *sent.entry(name).or_default() += 1;
             }
-        }
-        Err("the MONITOR connection closed".into())
+            Err("the MONITOR connection closed".into())
+        })
     }
+}
+
+/// Ends a [`Monitor::collect`] on server `node`: sends the marker, and
+/// returns what the collector counted up to it.
+async fn finish(
+    servers: &Servers,
+    node: usize,
+    marker: &str,
+    collector: JoinHandle<BenchResult<BTreeMap<String, u64>>>,
+) -> BenchResult<BTreeMap<String, u64>> {
+    let _: String = servers.query(node, redis::cmd("ECHO").arg(marker)).await?;
+    tokio::time::timeout(Duration::from_secs(10), collector)
+        .await
+        .map_err(|_| "MONITOR never showed the marker")??
 }
 
 /// Commands per lock+unlock of one contender, over all its nodes.
@@ -188,25 +319,28 @@ async fn count_commands(
         }
     }
 
-    let mut monitors = Vec::with_capacity(n);
+    let marker = format!("bench-marker-{}", uuid::Uuid::new_v4());
+    let mut collectors = Vec::with_capacity(n);
     for url in &servers.urls[..n] {
-        monitors.push(Monitor::start(url).await?);
+        collectors.push(Monitor::start(url).await?.collect(marker.clone()));
     }
     for _ in 0..iterations {
         contender.lock_unlock().await?;
     }
-    let marker = format!("bench-marker-{}", uuid::Uuid::new_v4());
     let mut sent = BTreeMap::new();
-    for (node, monitor) in monitors.into_iter().enumerate() {
-        let _: String = servers.query(node, redis::cmd("ECHO").arg(&marker)).await?;
-        let collected = monitor.collect(&marker, &mut sent);
-        tokio::time::timeout(Duration::from_secs(10), collected)
-            .await
-            .map_err(|_| "MONITOR never showed the marker")??;
+    for (node, collector) in collectors.into_iter().enumerate() {
+        for (command, calls) in finish(servers, node, &marker, collector).await? {
+            *sent.entry(command).or_default() += calls;
+        }
     }
 
-    let server_usec: u64 = sent
+    // `evalsha acquire` and `evalsha release` are both `evalsha` there.
+    let sent_commands: BTreeSet<&str> = sent
         .keys()
+        .filter_map(|command| command.split(' ').next())
+        .collect();
+    let server_usec: u64 = sent_commands
+        .into_iter()
         .filter_map(|command| executed.get(command))
         .map(|stat| stat.usec)
         .sum();
