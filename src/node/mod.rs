@@ -11,7 +11,7 @@ use std::time::Duration;
 
 // Configuration types through deadpool-redis, the facade that pins the deadpool
 // and redis versions this pool is built for.
-use deadpool::managed::PoolError;
+use deadpool::managed::{PoolError, TimeoutType};
 use deadpool_redis::{Runtime, Timeouts};
 use redis::{ConnectionAddr, ProtocolVersion, Value};
 
@@ -67,6 +67,9 @@ struct NodeInner {
     server: Arc<pool::ServerIdentity>,
     health: Arc<health::HealthState>,
     pool: pool::Pool,
+    /// The connection requests share: a pooled object kept out of the pool
+    /// while it is usable (see [`Node::checkout`]).
+    shared: std::sync::RwLock<Option<pool::Object>>,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
 }
@@ -97,8 +100,8 @@ impl fmt::Debug for NodeBuilder {
 impl NodeBuilder {
     /// Maximum command connections (default [`DEFAULT_POOL_SIZE`]).
     /// Connections are multiplexed and shared: concurrent requests pipeline
-    /// on one, and more are made only when a request finds none idle (while
-    /// a replica-sync `WAIT` holds one to itself, for instance).
+    /// on one, and more are made only for requests that need one to
+    /// themselves (a replica-sync `WAIT`), or while a broken one is replaced.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -214,6 +217,7 @@ impl NodeBuilder {
                 addr,
                 server,
                 pool,
+                shared: std::sync::RwLock::new(None),
                 response_timeout: self.response_timeout,
             }),
         })
@@ -290,59 +294,115 @@ impl Node {
     /// renewals, one request per node and tick, whose outcome says whether
     /// the holds there can still be proven.
     pub(crate) async fn run_despite_suspicion<R>(&self, call: &Call<R>) -> Result<R> {
-        self.checkout_from_pool(false).await?.run(call).await
+        self.checkout_shared().await?.run(call).await
     }
 
     /// A connection for one request, shared with concurrent requests
-    /// (pipelined). No I/O unless one must be created.
+    /// (pipelined): a clone of the node's shared connection, taken without
+    /// I/O, lock wait or await. The pool is asked only when there is no
+    /// usable one (the first request, or the last one broke).
     pub(crate) async fn checkout(&self) -> Result<Conn> {
-        let mut conn = self.checkout_exclusive().await?;
-        conn.exclusive = None;
+        self.refuse_if_suspect().await?;
+        self.checkout_shared().await
+    }
+
+    async fn checkout_shared(&self) -> Result<Conn> {
+        if let Some(conn) = self.shared_conn() {
+            return Ok(conn);
+        }
+        // Boxed: the pool's future, which can create a connection, is
+        // several KB. Kept out of every request's future, it is not copied
+        // each time a request is moved or boxed.
+        Box::pin(self.replace_shared()).await
+    }
+
+    /// A clone of the shared connection, if it is usable.
+    fn shared_conn(&self) -> Option<Conn> {
+        let shared = self.inner.shared.read().unwrap();
+        let object = shared.as_ref()?;
+        if object.unusable().is_some() {
+            return None;
+        }
+        Some(Conn {
+            conn: object.conn.clone(),
+            broken: object.broken.clone(),
+            _exclusive: None,
+            node: self.clone(),
+        })
+    }
+
+    /// Takes a connection from the pool for this request and, unless a
+    /// concurrent request did so first, makes it the shared one.
+    async fn replace_shared(&self) -> Result<Conn> {
+        // An unusable shared connection leaves the pool first: it holds one
+        // of its places (a pool of one would otherwise wait for itself).
+        let unusable = {
+            let mut shared = self.inner.shared.write().unwrap();
+            match shared.as_ref() {
+                Some(current) if current.unusable().is_some() => shared.take(),
+                _ => None,
+            }
+        };
+        // Out of the pool for good: its connection closes once the requests
+        // still on it are done.
+        drop(unusable.map(pool::Object::take));
+        let object = self.inner.pool.get().await;
+        let object = self.from_pool(object)?;
+        let conn = Conn {
+            conn: object.conn.clone(),
+            broken: object.broken.clone(),
+            _exclusive: None,
+            node: self.clone(),
+        };
+        let mut shared = self.inner.shared.write().unwrap();
+        if shared
+            .as_ref()
+            .is_some_and(|current| current.unusable().is_none())
+        {
+            // Another request replaced it first: this one goes back to the
+            // pool, idle.
+            drop(shared);
+            drop(object);
+        } else {
+            let broken = shared.replace(object);
+            drop(shared);
+            // Broke meanwhile: out of the pool for good.
+            drop(broken.map(pool::Object::take));
+        }
         Ok(conn)
     }
 
     /// A connection nobody else is given until this one is dropped: for a
     /// request that blocks its connection (`WAIT`).
     pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {
-        self.checkout_from_pool(true).await
+        self.refuse_if_suspect().await?;
+        // Boxed, as in `checkout_shared`.
+        Box::pin(self.exclusive_from_pool()).await
     }
 
-    async fn checkout_from_pool(&self, unless_suspect: bool) -> Result<Conn> {
-        if unless_suspect && self.inner.health.is_suspect() {
-            // Failing at once must still yield now and then: a caller that
-            // retries in a loop would otherwise starve its runtime (and the
-            // probe that would end the suspicion).
-            tokio::task::coop::consume_budget().await;
-            return Err(Error::NodeUnavailable {
-                node: self.inner.addr.clone(),
-                reason: Unavailable::Suspect,
-                source: None,
-            });
-        }
-        let object = self.inner.pool.get().await.map_err(|e| match e {
-            PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
-            PoolError::Timeout(_) => Error::NodeUnavailable {
-                node: self.inner.addr.clone(),
-                reason: Unavailable::Timeout,
-                source: None,
-            },
-            _ => Error::NodeUnavailable {
-                node: self.inner.addr.clone(),
-                reason: Unavailable::Refused,
-                source: None,
-            },
-        });
-        let object = match object {
-            Ok(object) => object,
-            Err(err) => {
-                self.observe(&err);
-                return Err(err);
+    async fn exclusive_from_pool(&self) -> Result<Conn> {
+        let pool = &self.inner.pool;
+        // One the pool has idle, or can make. When every connection is out
+        // (the shared one counts), the shared one goes back to the pool:
+        // a pool of one still serves a request that needs its connection
+        // to itself, and shared requests then wait for the pool, as they
+        // would for any connection. (Requests already sent on it are
+        // answered first: commands on a connection run in order.)
+        let mut at_once = pool.timeouts();
+        at_once.wait = Some(Duration::ZERO);
+        let object = match pool.timeout_get(&at_once).await {
+            Err(PoolError::Timeout(TimeoutType::Wait)) => {
+                let shared = self.inner.shared.write().unwrap().take();
+                drop(shared);
+                pool.get().await
             }
+            other => other,
         };
+        let object = self.from_pool(object)?;
         Ok(Conn {
             conn: object.conn.clone(),
             broken: object.broken.clone(),
-            exclusive: Some(object),
+            _exclusive: Some(object),
             node: self.clone(),
         })
     }
@@ -351,6 +411,47 @@ impl Node {
     /// already has it confirmed (other local waiters are on it): no I/O.
     pub(crate) fn join_subscription(&self, channel: &str) -> Option<Subscription> {
         self.inner.subscriber.join(channel)
+    }
+
+    /// Failing at once while the node is suspect, with nothing sent.
+    async fn refuse_if_suspect(&self) -> Result<()> {
+        if !self.inner.health.is_suspect() {
+            return Ok(());
+        }
+        // Failing at once must still yield now and then: a caller that
+        // retries in a loop would otherwise starve its runtime (and the
+        // probe that would end the suspicion).
+        tokio::task::coop::consume_budget().await;
+        Err(Error::NodeUnavailable {
+            node: self.inner.addr.clone(),
+            reason: Unavailable::Suspect,
+            source: None,
+        })
+    }
+
+    /// What the pool gave, as this crate's error (observed: a timeout or
+    /// refusal makes the node suspect).
+    fn from_pool(
+        &self,
+        object: std::result::Result<pool::Object, PoolError<redis::RedisError>>,
+    ) -> Result<pool::Object> {
+        object.map_err(|e| {
+            let err = match e {
+                PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
+                PoolError::Timeout(_) => Error::NodeUnavailable {
+                    node: self.inner.addr.clone(),
+                    reason: Unavailable::Timeout,
+                    source: None,
+                },
+                _ => Error::NodeUnavailable {
+                    node: self.inner.addr.clone(),
+                    reason: Unavailable::Refused,
+                    source: None,
+                },
+            };
+            self.observe(&err);
+            err
+        })
     }
 
     /// Registers a waiter on `channel` of this node's shared subscription.
@@ -404,7 +505,7 @@ pub(crate) struct Conn {
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Held back from the pool while this request needs the connection to
     /// itself.
-    exclusive: Option<deadpool::managed::Object<pool::ConnectionFactory>>,
+    _exclusive: Option<pool::Object>,
     node: Node,
 }
 

@@ -1,11 +1,12 @@
 //! The command connections of one node: a deadpool pool of RESP3 multiplexed
 //! connections whose recycle does no I/O.
 //!
-//! Requests share connections: a checkout clones the multiplexed handle and
-//! gives the pooled object back at once, so concurrent requests pipeline on
-//! one socket instead of queueing for a connection each. The pool creates
-//! another connection (up to its size) only when a request finds none idle,
-//! for instance while a replica-sync `WAIT` holds one exclusively.
+//! Requests share connections: the node keeps one pooled object out of the
+//! pool as its shared connection, and a checkout clones that multiplexed
+//! handle (no pool lock, no semaphore, no await), so concurrent requests
+//! pipeline on one socket instead of queueing for a connection each. The
+//! pool is asked only for a shared connection to replace one that broke,
+//! and for connections a request needs to itself (a replica-sync `WAIT`).
 //!
 //! deadpool-redis's stock manager sends `UNWATCH` + `PING` on every checkout,
 //! tripling the wire cost of a lock+unlock. Here a connection is known broken
@@ -77,6 +78,20 @@ pub(crate) struct PooledConnection {
     /// Alive while the runtime that drives the connection is: see
     /// [`RuntimeAlive`].
     runtime: RuntimeAlive,
+}
+
+impl PooledConnection {
+    /// Why this connection must not be reused, if it must not: it broke, or
+    /// the runtime that drives it is gone. No I/O.
+    pub(crate) fn unusable(&self) -> Option<&'static str> {
+        if self.broken.load(Ordering::Relaxed) {
+            Some("connection broken")
+        } else if !self.runtime.is_alive() {
+            Some("the connection's runtime is gone")
+        } else {
+            None
+        }
+    }
 }
 
 /// Whether the runtime a connection was made on still runs. A multiplexed
@@ -155,14 +170,12 @@ impl managed::Manager for ConnectionFactory {
     }
 
     async fn recycle(&self, conn: &mut PooledConnection, _: &Metrics) -> RecycleResult<RedisError> {
-        if conn.broken.load(Ordering::Relaxed) {
-            Err(RecycleError::message("connection broken"))
-        } else if !conn.runtime.is_alive() {
-            Err(RecycleError::message("the connection's runtime is gone"))
-        } else {
-            Ok(())
+        match conn.unusable() {
+            Some(why) => Err(RecycleError::message(why)),
+            None => Ok(()),
         }
     }
 }
 
 pub(crate) type Pool = managed::Pool<ConnectionFactory>;
+pub(crate) type Object = managed::Object<ConnectionFactory>;

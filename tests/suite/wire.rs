@@ -1,5 +1,6 @@
 //! The wire contract: Redisson's data layout and messages, the two-command
-//! budget of an uncontended lock+unlock, and the scripts' hashes.
+//! budget of an uncontended lock+unlock, the connections requests share,
+//! and the scripts' hashes.
 
 use std::time::Duration;
 
@@ -189,6 +190,76 @@ async fn lock_and_unlock_cost_two_script_calls() {
         assert_eq!(delta.remove(inner), Some(10 * per_cycle), "{inner}");
     }
     assert!(delta.is_empty(), "nothing else on the wire: {delta:?}");
+}
+
+/// Connections to `url` other than the one asking.
+async fn connections(url: &str) -> usize {
+    let list: String = run(url, &redis::cmd("CLIENT").arg("LIST")).await.unwrap();
+    list.lines().count() - 1
+}
+
+/// Concurrent requests pipeline on one shared connection: 64 tasks on 64
+/// locks, on two worker threads, open no command connection beyond the
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_one_connection() {
+    let server = server().await;
+    let node = node(&server);
+    let client = client();
+    let url = server.url();
+    let warm = client.lock(&node, "shared:warm").unwrap();
+    warm.lock().await.unwrap().unlock().await.unwrap();
+    assert_eq!(connections(&url).await, 1, "one command connection");
+
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let lock = client.lock(&node, format!("shared:{i}")).unwrap();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(connections(&url).await, 1, "still one command connection");
+}
+
+/// A pool of one connection serves shared requests and one that needs its
+/// connection to itself (a replica-sync `WAIT`) in turn: the shared
+/// connection goes back to the pool for it, and shared requests get one
+/// again after.
+#[tokio::test]
+async fn a_pool_of_one_serves_shared_and_exclusive_requests() {
+    let server = server().await;
+    let node = multilock::Node::builder(server.url())
+        .pool_size(1)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let lock = client().lock(&node, "pool-of-one").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    // A lone server has no replica: the WAIT runs, gets none, and the grant
+    // is released.
+    let synced = lock
+        .with_replica_sync(1, Duration::from_millis(50))
+        .unwrap();
+    let started = std::time::Instant::now();
+    match synced.lock().await {
+        Err(multilock::Error::ReplicaSync {
+            acknowledged: 0, ..
+        }) => {}
+        other => panic!("expected a replica-sync refusal, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the exclusive request did not wait for the pool"
+    );
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
 }
 
 /// A release whose reply is lost (the server froze past the response
