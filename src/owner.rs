@@ -51,10 +51,15 @@ impl Owner {
     /// hold meant to outlive its task, use an explicit owner
     /// ([`Lock::with_owner`](crate::Lock::with_owner)).
     pub fn current() -> Owner {
-        match tokio::task::try_id() {
-            Some(task) => Owner(format!("task-{task}").into()),
-            None => Owner(format!("thread-{}", thread_number()).into()),
-        }
+        // Written into a buffer of the right size, not `format!`: this
+        // runs for every acquire.
+        use std::fmt::Write;
+        let mut id = String::with_capacity(32);
+        let _ = match tokio::task::try_id() {
+            Some(task) => write!(id, "task-{task}"),
+            None => write!(id, "thread-{}", thread_number()),
+        };
+        Owner(id.into())
     }
 
     /// The id as written in the hash field.

@@ -81,26 +81,43 @@ impl LockKeys {
     /// The key that remembers one release's result, so a retried release
     /// with the same request id returns the first answer.
     pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
-        format!(
-            "{}:{request_id}",
-            prefixed("redisson_unlock_latch", &self.name)
-        )
+        let mut latch =
+            prefixed_with_room("redisson_unlock_latch", &self.name, 1 + request_id.len());
+        latch.push(':');
+        latch.push_str(request_id);
+        latch
     }
 }
 
 /// The hash field of a hold: `<client-uuid>:<owner>`.
 pub(crate) fn field(client_id: &str, owner: &str) -> std::sync::Arc<str> {
-    format!("{client_id}:{owner}").into()
+    // Built by hand, not `format!`: this runs for every acquire.
+    let mut field = String::with_capacity(client_id.len() + 1 + owner.len());
+    field.push_str(client_id);
+    field.push(':');
+    field.push_str(owner);
+    field.into()
 }
 
 /// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the name
 /// already carries a hash tag.
 fn prefixed(prefix: &str, name: &str) -> String {
+    prefixed_with_room(prefix, name, 0)
+}
+
+/// [`prefixed`], with `room` bytes more capacity for what the caller adds.
+fn prefixed_with_room(prefix: &str, name: &str, room: usize) -> String {
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3 + room);
+    key.push_str(prefix);
+    key.push(':');
     if name.contains('{') {
-        format!("{prefix}:{name}")
+        key.push_str(name);
     } else {
-        format!("{prefix}:{{{name}}}")
+        key.push('{');
+        key.push_str(name);
+        key.push('}');
     }
+    key
 }
 
 /// What an acquire request found.
@@ -142,11 +159,14 @@ pub(crate) enum Released {
 }
 
 /// A fresh request id. From the thread-local RNG: `Uuid::new_v4` asks the
-/// OS for entropy on every call.
-pub(crate) fn new_request_id() -> String {
-    uuid::Builder::from_random_bytes(rand::random())
+/// OS for entropy on every call. Encoded in place: one allocation.
+pub(crate) fn new_request_id() -> std::sync::Arc<str> {
+    let mut buf = uuid::Uuid::encode_buffer();
+    let id = uuid::Builder::from_random_bytes(rand::random())
         .into_uuid()
-        .to_string()
+        .hyphenated()
+        .encode_lower(&mut buf);
+    std::sync::Arc::from(&*id)
 }
 
 // ---------------------------------------------------------------------------

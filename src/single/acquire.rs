@@ -185,7 +185,7 @@ impl Lock {
     /// was applied.
     pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
         let field = self.field(owner);
-        let hold_id: Arc<str> = protocol::new_request_id().into();
+        let hold_id = protocol::new_request_id();
         let sent_at = Instant::now();
         let request = self
             .clone()

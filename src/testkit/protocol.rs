@@ -43,7 +43,7 @@ pub fn field(client_id: &str, owner: &str) -> String {
 
 /// A fresh id for a hold (a request id), made as the crate makes them.
 pub fn new_hold_id() -> String {
-    wire::new_request_id()
+    wire::new_request_id().to_string()
 }
 
 /// The channel unlock messages of lock `name` are published on.
