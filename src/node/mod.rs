@@ -402,7 +402,7 @@ impl Node {
         Ok(Conn {
             conn: object.conn.clone(),
             broken: object.broken.clone(),
-            _exclusive: Some(object),
+            _exclusive: Some(Box::new(object)),
             node: self.clone(),
         })
     }
@@ -504,8 +504,9 @@ pub(crate) struct Conn {
     conn: redis::aio::MultiplexedConnection,
     broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Held back from the pool while this request needs the connection to
-    /// itself.
-    _exclusive: Option<pool::Object>,
+    /// itself. Boxed: a pooled object is larger than the rest of a `Conn`,
+    /// which lives in every request's future.
+    _exclusive: Option<Box<pool::Object>>,
     node: Node,
 }
 

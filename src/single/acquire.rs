@@ -299,17 +299,18 @@ impl Lock {
         sent.reply = conn.run(&acquire).await;
         sent.replied_at = Instant::now();
         sent.undo.granted = matches!(sent.reply, Ok(Acquired::Granted(_)));
+        // Boxed: only replica-synced locks take this path, and its future
+        // would otherwise make every acquire's larger.
         if let (true, Some((replicas, timeout))) = (sent.undo.granted, lock.inner.replica_sync)
-            && let Err(err) = lock
-                .sync_replicas(
-                    &mut conn,
-                    &mut sent.undo,
-                    &sent.field,
-                    &sent.hold_id,
-                    replicas,
-                    timeout,
-                )
-                .await
+            && let Err(err) = Box::pin(lock.sync_replicas(
+                &mut conn,
+                &mut sent.undo,
+                &sent.field,
+                &sent.hold_id,
+                replicas,
+                timeout,
+            ))
+            .await
         {
             sent.reply = Err(err);
         }
