@@ -38,7 +38,7 @@ use crate::timing;
 #[must_use = "dropping a Guard releases the lock at once"]
 pub struct Guard {
     owner: Owner,
-    name: String,
+    name: Arc<str>,
     parts: Vec<HeldPart>,
     /// Grants of this guard's round that arrived after it was made.
     late: Option<Arc<Mutex<LateParts>>>,
@@ -106,7 +106,7 @@ impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
         Guard {
-            name: part.lock.name().to_owned(),
+            name: part.lock.keys().name.clone(),
             token: part.token(),
             owner,
             parts: vec![part],
@@ -129,7 +129,7 @@ impl Guard {
             owner,
             name: parts
                 .first()
-                .map(|p| p.lock.name().to_owned())
+                .map(|p| p.lock.keys().name.clone())
                 .unwrap_or_default(),
             parts,
             late: Some(late),
@@ -243,7 +243,7 @@ impl Guard {
                 failures.push(NodeFailure {
                     node: node.clone(),
                     cause: FailureCause::Failed(Error::NotHeld {
-                        lock: self.name.clone(),
+                        lock: self.name.to_string(),
                         node: node.clone(),
                     }),
                 });
@@ -260,12 +260,12 @@ impl Guard {
         // single-node lock would say.
         if !not_held.is_empty() && released.len() + not_held.len() >= required {
             return Err(Error::NotHeld {
-                lock: self.name.clone(),
+                lock: self.name.to_string(),
                 node: not_held.join(", "),
             });
         }
         Err(Error::NoQuorum(QuorumError {
-            lock: self.name.clone(),
+            lock: self.name.to_string(),
             succeeded: released.len(),
             required,
             nodes: nodes.len(),
@@ -358,7 +358,7 @@ impl Guard {
             return Ok(());
         }
         Err(Error::NoQuorum(QuorumError {
-            lock: self.name.clone(),
+            lock: self.name.to_string(),
             succeeded: extended.len(),
             required,
             nodes,

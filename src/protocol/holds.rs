@@ -66,7 +66,7 @@ pub(crate) fn acquire(
     latch_ttl: Duration,
     fencing: Fencing,
 ) -> Call<Acquired> {
-    let mut invocation = ACQUIRE.key(&keys.name);
+    let mut invocation = ACQUIRE.key(&*keys.name);
     invocation
         .key(keys.unlock_latch(hold_id))
         .key(&keys.token)
@@ -133,7 +133,7 @@ fn decode_released(reply: Value) -> RedisResult<Released> {
 /// Release hold `hold_id` of `field`, idempotently: resent, it returns the
 /// first result.
 pub(crate) fn release(keys: &LockKeys, field: &str, hold_id: &str) -> Call<Released> {
-    let mut invocation = RELEASE.key(&keys.name);
+    let mut invocation = RELEASE.key(&*keys.name);
     invocation
         .key(&keys.channel)
         .key(keys.unlock_latch(hold_id))
@@ -177,7 +177,7 @@ pub(crate) fn rollback(
     hold_id: &str,
     tombstone_ttl: Duration,
 ) -> Call<Released> {
-    let mut invocation = ROLLBACK.key(&keys.name);
+    let mut invocation = ROLLBACK.key(&*keys.name);
     invocation
         .key(&keys.channel)
         .key(keys.unlock_latch(hold_id))
@@ -258,7 +258,7 @@ return ttl
 /// Extend `field`'s hold of `keys` to at least `lease` from now. Reply: the
 /// key's TTL after, `None` when the field no longer holds it.
 pub(crate) fn extend(keys: &LockKeys, field: &str, lease: Duration) -> Call<Option<Duration>> {
-    let mut invocation = EXTEND.key(&keys.name);
+    let mut invocation = EXTEND.key(&*keys.name);
     invocation.arg(millis(lease)).arg(field);
     Call::script(invocation, |reply| {
         Ok(ttl_from_pttl(i64::from_redis_value(reply)?))
@@ -282,7 +282,7 @@ return 0
 /// Delete the lock whoever holds it and wake its waiters. Reply: whether it
 /// existed.
 pub(crate) fn force_unlock(keys: &LockKeys) -> Call<bool> {
-    let mut invocation = FORCE_UNLOCK.key(&keys.name);
+    let mut invocation = FORCE_UNLOCK.key(&*keys.name);
     invocation.key(&keys.channel).arg(UNLOCK_MESSAGE);
     Call::script(invocation, |reply| Ok(i64::from_redis_value(reply)? == 1))
 }

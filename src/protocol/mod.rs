@@ -61,8 +61,9 @@ impl<R> Call<R> {
 /// The names one lock uses on the server, computed once per lock.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// The lock's hash: its name.
-    pub(crate) name: String,
+    /// The lock's hash: its name. Shared: the client's record of every hold
+    /// is keyed by it.
+    pub(crate) name: std::sync::Arc<str>,
     /// The pub/sub channel waiters listen on.
     pub(crate) channel: String,
     /// The fencing token counter (Redisson's fenced lock).
@@ -72,7 +73,7 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn new(name: &str) -> LockKeys {
         LockKeys {
-            name: name.to_owned(),
+            name: name.into(),
             channel: prefixed("redisson_lock__channel", name),
             token: prefixed("redisson_lock_token", name),
         }
@@ -175,14 +176,14 @@ pub(crate) fn new_request_id() -> std::sync::Arc<str> {
 /// Whether anyone holds the lock.
 pub(crate) fn is_locked(keys: &LockKeys) -> Call<bool> {
     let mut cmd = redis::cmd("EXISTS");
-    cmd.arg(&keys.name);
+    cmd.arg(&*keys.name);
     Call::command(cmd, |reply| Ok(bool::from_redis_value(reply)?))
 }
 
 /// The hold count of `field` (0 when it does not hold the lock).
 pub(crate) fn hold_count(keys: &LockKeys, field: &str) -> Call<u32> {
     let mut cmd = redis::cmd("HGET");
-    cmd.arg(&keys.name).arg(field);
+    cmd.arg(&*keys.name).arg(field);
     Call::command(cmd, |reply| {
         Ok(Option::<u32>::from_redis_value(reply)?.unwrap_or(0))
     })
@@ -191,7 +192,7 @@ pub(crate) fn hold_count(keys: &LockKeys, field: &str) -> Call<u32> {
 /// The lock's remaining TTL; `None` when it does not exist or has no expiry.
 pub(crate) fn remaining_ttl(keys: &LockKeys) -> Call<Option<Duration>> {
     let mut cmd = redis::cmd("PTTL");
-    cmd.arg(&keys.name);
+    cmd.arg(&*keys.name);
     Call::command(cmd, |reply| {
         Ok(ttl_from_pttl(i64::from_redis_value(reply)?))
     })

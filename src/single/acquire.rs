@@ -347,7 +347,7 @@ impl Lock {
             Err(err) => return Err(err),
         }
         Err(Error::ReplicaSync {
-            lock: self.inner.keys.name.clone(),
+            lock: self.inner.keys.name.to_string(),
             node: self.inner.node.addr().to_owned(),
             required: replicas,
             acknowledged,

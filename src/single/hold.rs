@@ -344,7 +344,7 @@ mod tests {
             lock.inner
                 .core
                 .watchdogs
-                .register(&node, "k", &field, grant, Renewal::None);
+                .register(&node, &"k".into(), &field, grant, Renewal::None);
         let watchdog = registration.watchdog();
         let part = HeldPart::new(lock, field, "hold".into(), None, registration, None);
         let renewal = watchdog.renewal_under_way().await;

@@ -28,7 +28,7 @@
 //! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
 //! and only then sends the release.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -50,7 +50,9 @@ pub(crate) use record::{GrantRecord, Record, Registration, Renewal};
 /// of server time, during which the node runs nothing else.
 pub(crate) const RENEW_BATCH_SIZE: usize = 500;
 
-type ByNode = Mutex<HashMap<u64, Arc<NodeWatchdog>>>;
+/// A client's node watchdogs. A list: a client talks to a handful of
+/// nodes, and finding one by its id in a list is cheaper than hashing.
+type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
 
 /// Every node's watchdog of one client.
 pub(crate) struct Watchdogs {
@@ -84,7 +86,7 @@ impl Entries {
 }
 
 /// Lock key and hash field: one owner's holds of one lock.
-type EntryKey = (String, Arc<str>);
+type EntryKey = (Arc<str>, Arc<str>);
 
 struct Entry {
     holds: usize,
@@ -114,7 +116,7 @@ impl Watchdogs {
     pub(crate) fn new(timeout: Duration) -> Self {
         Watchdogs {
             timeout,
-            by_node: Arc::new(Mutex::new(HashMap::new())),
+            by_node: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -128,7 +130,7 @@ impl Watchdogs {
     pub(crate) fn register(
         &self,
         node: &Node,
-        key: &str,
+        key: &Arc<str>,
         field: &Arc<str>,
         grant: GrantRecord,
         renewal: Renewal,
@@ -137,19 +139,21 @@ impl Watchdogs {
         // `prune_if_empty` takes them in), so a watchdog being pruned at this
         // moment cannot take this hold with it out of the map.
         let mut by_node = self.by_node.lock().unwrap();
-        let dog = by_node
-            .entry(node.id())
-            .or_insert_with(|| {
-                Arc::new(NodeWatchdog {
+        let dog = match by_node.iter().find(|dog| dog.node.id() == node.id()) {
+            Some(dog) => dog.clone(),
+            None => {
+                let dog = Arc::new(NodeWatchdog {
                     node: node.clone(),
                     timeout: self.timeout,
                     by_node: Arc::downgrade(&self.by_node),
                     entries: Mutex::new(Entries::default()),
                     renewing: tokio::sync::Mutex::new(()),
-                })
-            })
-            .clone();
-        dog.register((key.to_owned(), field.clone()), grant, renewal)
+                });
+                by_node.push(dog.clone());
+                dog
+            }
+        };
+        dog.register((key.clone(), field.clone()), grant, renewal)
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.
@@ -169,19 +173,7 @@ impl NodeWatchdog {
         let trusted_until = timing::trusted_until(grant.sent_at, grant.ttl);
         let expired_by = timing::surely_expired_at(grant.replied_at, grant.ttl);
         let mut entries = self.entries.lock().unwrap();
-        if grant.count == 1
-            && let Some(stale) = entries.by_lock.get(&key)
-            && stale.last_joined < grant.sent_at
-        {
-            // The field was absent when this grant ran: whatever this entry
-            // held is over, and its guards must not release the new hold.
-            tracing::debug!(lock = %key.0, "a fresh grant proves an older hold over");
-            metrics::lost_hold(self.node.addr());
-            if let Some(stale) = entries.by_lock.remove(&key) {
-                stale.standing.send_modify(|s| s.gone = true);
-            }
-        }
-        let entry = entries.by_lock.entry(key.clone()).or_insert_with(|| Entry {
+        let fresh = || Entry {
             holds: 0,
             renew_until: Vec::new(),
             capped: false,
@@ -193,17 +185,38 @@ impl NodeWatchdog {
                 unproven: false,
             })
             .0,
-        });
+        };
+        // One lookup: this runs for every grant.
+        let entry = match entries.by_lock.entry(key.clone()) {
+            hash_map::Entry::Vacant(slot) => slot.insert(fresh()),
+            hash_map::Entry::Occupied(slot)
+                if grant.count == 1 && slot.get().last_joined < grant.sent_at =>
+            {
+                // The field was absent when this grant ran: whatever this
+                // entry held is over, and its guards must not release the
+                // new hold.
+                tracing::debug!(lock = %key.0, "a fresh grant proves an older hold over");
+                metrics::lost_hold(self.node.addr());
+                let entry = slot.into_mut();
+                let stale = std::mem::replace(entry, fresh());
+                stale.standing.send_modify(|s| s.gone = true);
+                entry
+            }
+            hash_map::Entry::Occupied(slot) => {
+                let entry = slot.into_mut();
+                entry.last_joined = entry.last_joined.max(grant.replied_at);
+                entry.standing.send_modify(|s| {
+                    s.trusted_until = s.trusted_until.max(trusted_until);
+                    s.expired_by = s.expired_by.max(expired_by);
+                });
+                entry
+            }
+        };
         entry.holds += 1;
         if let Renewal::Until(until) = renewal {
             entry.renew_until.push(until);
             entry.capped = false;
         }
-        entry.last_joined = entry.last_joined.max(grant.replied_at);
-        entry.standing.send_modify(|s| {
-            s.trusted_until = s.trusted_until.max(trusted_until);
-            s.expired_by = s.expired_by.max(expired_by);
-        });
         let standing = entry.standing.subscribe();
         if renewal != Renewal::None && entries.timer.is_none() {
             entries.timers_started += 1;
@@ -273,7 +286,7 @@ impl NodeWatchdog {
             }
             let sent_at = Instant::now();
             let renew = protocol::renew_batch(
-                chunk.iter().map(|(key, field)| (key.as_str(), &**field)),
+                chunk.iter().map(|(key, field)| (&**key, &**field)),
                 self.timeout,
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
@@ -332,11 +345,9 @@ impl NodeWatchdog {
         let entries = self.entries.lock().unwrap();
         if entries.by_lock.is_empty()
             && entries.timer.is_none()
-            && by_node
-                .get(&self.node.id())
-                .is_some_and(|dog| Arc::ptr_eq(dog, self))
+            && let Some(at) = by_node.iter().position(|dog| Arc::ptr_eq(dog, self))
         {
-            by_node.remove(&self.node.id());
+            by_node.swap_remove(at);
         }
     }
 }
@@ -422,8 +433,20 @@ mod tests {
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
         let t0 = Instant::now();
-        let outer = watchdogs.register(&node, "k", &field, grant(t0, 1_000, 1), Renewal::None);
-        let inner = watchdogs.register(&node, "k", &field, grant(t0, 20_000, 2), Renewal::None);
+        let outer = watchdogs.register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(t0, 1_000, 1),
+            Renewal::None,
+        );
+        let inner = watchdogs.register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(t0, 20_000, 2),
+            Renewal::None,
+        );
         let extended = timing::trusted_until(t0, Duration::from_secs(20));
         assert_eq!(outer.record().trusted_until(), Some(extended));
         drop(inner);
@@ -442,7 +465,7 @@ mod tests {
         let field: Arc<str> = "c:o".into();
         let old = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(Instant::now(), 200, 1),
             Renewal::None,
@@ -451,7 +474,7 @@ mod tests {
         // Granted as count 1: the old hold's key expired (or was deleted).
         let new = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(Instant::now(), 10_000, 1),
             Renewal::None,
@@ -477,14 +500,14 @@ mod tests {
         tokio::time::advance(Duration::from_millis(5)).await;
         let second = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(Instant::now(), 1_000, 2),
             Renewal::None,
         );
         let first = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(sent_together, 1_000, 1),
             Renewal::None,
@@ -503,7 +526,7 @@ mod tests {
         let field: Arc<str> = "c:o".into();
         let hold = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(Instant::now(), 30_000, 1),
             Renewal::Until(None),
@@ -527,7 +550,7 @@ mod tests {
         let field: Arc<str> = "c:o".into();
         let hold = watchdogs.register(
             &node,
-            "k",
+            &"k".into(),
             &field,
             grant(Instant::now(), 1_000, 1),
             Renewal::None,

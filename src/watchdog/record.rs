@@ -95,19 +95,21 @@ impl Registration {
         let now_empty = {
             let record = &self.record;
             let mut entries = record.dog.entries.lock().unwrap();
-            // Only the entry this hold joined: after a loss, the same owner
-            // may hold the lock again under a fresh entry.
-            if let Some(entry) = entries.by_lock.get_mut(&record.key)
-                && record.standing.same_channel(&entry.standing.subscribe())
-            {
-                entry.holds -= 1;
-                if let Renewal::Until(until) = self.renewal
-                    && let Some(at) = entry.renew_until.iter().position(|u| *u == until)
-                {
-                    entry.renew_until.swap_remove(at);
+            // Taken out, and put back unless this was its last hold: one
+            // lookup for the usual hold, which is its entry's only one.
+            if let Some((key, mut entry)) = entries.by_lock.remove_entry(&record.key) {
+                // Only the entry this hold joined: after a loss, the same
+                // owner may hold the lock again under a fresh entry.
+                if record.standing.same_channel(&entry.standing.subscribe()) {
+                    entry.holds -= 1;
+                    if let Renewal::Until(until) = self.renewal
+                        && let Some(at) = entry.renew_until.iter().position(|u| *u == until)
+                    {
+                        entry.renew_until.swap_remove(at);
+                    }
                 }
-                if entry.holds == 0 {
-                    entries.by_lock.remove(&record.key);
+                if entry.holds > 0 {
+                    entries.by_lock.insert(key, entry);
                 }
             }
             entries.by_lock.is_empty() && entries.timer.is_none()
