@@ -29,6 +29,7 @@
 //! and only then sends the release.
 
 use std::collections::{HashMap, hash_map};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -86,7 +87,21 @@ impl Entries {
 }
 
 /// Lock key and hash field: one owner's holds of one lock.
-type EntryKey = (Arc<str>, Arc<str>);
+#[derive(Clone, PartialEq, Eq)]
+struct EntryKey {
+    lock: Arc<str>,
+    field: Arc<str>,
+}
+
+/// Hashed by the lock key alone: a lock has one holder at a time, so few
+/// entries share a lock key, and the field (the client's uuid and the
+/// owner) is most of the bytes every grant and every release would
+/// otherwise hash.
+impl Hash for EntryKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.lock.hash(state);
+    }
+}
 
 struct Entry {
     holds: usize,
@@ -153,7 +168,11 @@ impl Watchdogs {
                 dog
             }
         };
-        dog.register((key.clone(), field.clone()), grant, renewal)
+        let key = EntryKey {
+            lock: key.clone(),
+            field: field.clone(),
+        };
+        dog.register(key, grant, renewal)
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.
@@ -195,7 +214,7 @@ impl NodeWatchdog {
                 // The field was absent when this grant ran: whatever this
                 // entry held is over, and its guards must not release the
                 // new hold.
-                tracing::debug!(lock = %key.0, "a fresh grant proves an older hold over");
+                tracing::debug!(lock = %key.lock, "a fresh grant proves an older hold over");
                 metrics::lost_hold(self.node.addr());
                 let entry = slot.into_mut();
                 let stale = std::mem::replace(entry, fresh());
@@ -262,7 +281,7 @@ impl NodeWatchdog {
             for (key, entry) in entries.by_lock.iter_mut() {
                 if !entry.renew_until.is_empty() && !entry.renews_at(now) && !entry.capped {
                     entry.capped = true;
-                    tracing::warn!(lock = %key.0, node = %self.node.addr(), "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
+                    tracing::warn!(lock = %key.lock, node = %self.node.addr(), "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
                 }
             }
             entries
@@ -286,7 +305,7 @@ impl NodeWatchdog {
             }
             let sent_at = Instant::now();
             let renew = protocol::renew_batch(
-                chunk.iter().map(|(key, field)| (&**key, &**field)),
+                chunk.iter().map(|key| (&*key.lock, &*key.field)),
                 self.timeout,
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
@@ -306,7 +325,7 @@ impl NodeWatchdog {
                     for (key, ok) in chunk.iter().zip(renewed) {
                         if !ok {
                             if let Some(entry) = entries.by_lock.remove(*key) {
-                                tracing::warn!(lock = %key.0, "lock found gone during renewal");
+                                tracing::warn!(lock = %key.lock, "lock found gone during renewal");
                                 metrics::lost_hold(self.node.addr());
                                 entry.standing.send_modify(|s| s.gone = true);
                             }
