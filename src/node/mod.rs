@@ -6,7 +6,7 @@ mod subscriber;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 // Configuration types through deadpool-redis, the facade that pins the deadpool
@@ -67,9 +67,18 @@ struct NodeInner {
     server: Arc<pool::ServerIdentity>,
     health: Arc<health::HealthState>,
     pool: pool::Pool,
-    /// The connection requests share: a pooled object kept out of the pool
-    /// while it is usable (see [`Node::checkout`]).
-    shared: std::sync::RwLock<Option<pool::Object>>,
+    /// The connections requests share (see [`Node::checkout`]): pooled
+    /// objects kept out of the pool while usable, one slot per place in the
+    /// pool, of which the first `spread` are used.
+    shared: Box<[std::sync::RwLock<Option<pool::Object>>]>,
+    /// How many shared connections requests take in turn: one per worker
+    /// thread of the runtime that first used the node (so each can drive
+    /// one), at most the pool size. Set on first use.
+    spread: std::sync::OnceLock<usize>,
+    /// Turns taken over the shared connections.
+    turn: AtomicUsize,
+    /// Held while a shared connection is made: see [`Node::fill_shared`].
+    filling: tokio::sync::Mutex<()>,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
 }
@@ -99,9 +108,11 @@ impl fmt::Debug for NodeBuilder {
 
 impl NodeBuilder {
     /// Maximum command connections (default [`DEFAULT_POOL_SIZE`]).
-    /// Connections are multiplexed and shared: concurrent requests pipeline
-    /// on one, and more are made only for requests that need one to
-    /// themselves (a replica-sync `WAIT`), or while a broken one is replaced.
+    /// Connections are multiplexed and shared: requests take in turn one
+    /// connection per worker thread of the runtime (at most this many) and
+    /// pipeline on it; more are made only for requests that need one to
+    /// themselves (a replica-sync `WAIT`), or while a broken one is
+    /// replaced.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -217,7 +228,12 @@ impl NodeBuilder {
                 addr,
                 server,
                 pool,
-                shared: std::sync::RwLock::new(None),
+                shared: (0..self.pool_size)
+                    .map(|_| std::sync::RwLock::new(None))
+                    .collect(),
+                spread: std::sync::OnceLock::new(),
+                turn: AtomicUsize::new(0),
+                filling: tokio::sync::Mutex::new(()),
                 response_timeout: self.response_timeout,
             }),
         })
@@ -298,27 +314,37 @@ impl Node {
     }
 
     /// A connection for one request, shared with concurrent requests
-    /// (pipelined): a clone of the node's shared connection, taken without
-    /// I/O, lock wait or await. The pool is asked only when there is no
-    /// usable one (the first request, or the last one broke).
+    /// (pipelined): a clone of one of the node's shared connections, taken
+    /// in turn, without I/O, lock wait or await. The pool is asked only when
+    /// that one is missing or unusable (the first requests, or it broke).
     pub(crate) async fn checkout(&self) -> Result<Conn> {
         self.refuse_if_suspect().await?;
         self.checkout_shared().await
     }
 
     async fn checkout_shared(&self) -> Result<Conn> {
-        if let Some(conn) = self.shared_conn() {
+        let inner = &self.inner;
+        let spread = *inner.spread.get_or_init(|| {
+            let workers = tokio::runtime::Handle::try_current()
+                .map_or(1, |runtime| runtime.metrics().num_workers());
+            workers.clamp(1, inner.shared.len())
+        });
+        let slot = match spread {
+            1 => 0,
+            _ => inner.turn.fetch_add(1, Ordering::Relaxed) % spread,
+        };
+        if let Some(conn) = self.shared_conn(slot) {
             return Ok(conn);
         }
         // Boxed: the pool's future, which can create a connection, is
         // several KB. Kept out of every request's future, it is not copied
         // each time a request is moved or boxed.
-        Box::pin(self.replace_shared()).await
+        Box::pin(self.fill_shared(slot)).await
     }
 
-    /// A clone of the shared connection, if it is usable.
-    fn shared_conn(&self) -> Option<Conn> {
-        let shared = self.inner.shared.read().unwrap();
+    /// A clone of shared connection `slot`, if it is there and usable.
+    fn shared_conn(&self, slot: usize) -> Option<Conn> {
+        let shared = self.inner.shared[slot].read().unwrap();
         let object = shared.as_ref()?;
         if object.unusable().is_some() {
             return None;
@@ -331,22 +357,36 @@ impl Node {
         })
     }
 
-    /// Takes a connection from the pool for this request and, unless a
-    /// concurrent request did so first, makes it the shared one.
-    async fn replace_shared(&self) -> Result<Conn> {
-        // An unusable shared connection leaves the pool first: it holds one
-        // of its places (a pool of one would otherwise wait for itself).
-        let unusable = {
-            let mut shared = self.inner.shared.write().unwrap();
-            match shared.as_ref() {
-                Some(current) if current.unusable().is_some() => shared.take(),
-                _ => None,
-            }
-        };
-        // Out of the pool for good: its connection closes once the requests
-        // still on it are done.
+    /// Makes shared connection `slot` from the pool, one request at a time:
+    /// the requests that wait meanwhile take the connection it made (had
+    /// each asked the pool, the ones it could not serve would have waited
+    /// for a place that shared connections never give back). When the pool
+    /// has nothing to give at once (the other shared connections and
+    /// requests that need one to themselves hold it all), another shared
+    /// connection serves.
+    async fn fill_shared(&self, slot: usize) -> Result<Conn> {
+        let _filling = self.inner.filling.lock().await;
+        if let Some(conn) = self.shared_conn(slot) {
+            return Ok(conn);
+        }
+        // Only this request fills: the slot is empty or unusable. An
+        // unusable connection leaves the pool for good (it holds one of its
+        // places) and closes once the requests still on it are done.
+        let unusable = self.inner.shared[slot].write().unwrap().take();
         drop(unusable.map(pool::Object::take));
-        let object = self.inner.pool.get().await;
+        let pool = &self.inner.pool;
+        let mut at_once = pool.timeouts();
+        at_once.wait = Some(Duration::ZERO);
+        let object = match pool.timeout_get(&at_once).await {
+            Err(PoolError::Timeout(TimeoutType::Wait)) => {
+                let other = (0..self.inner.shared.len()).find_map(|other| self.shared_conn(other));
+                if let Some(conn) = other {
+                    return Ok(conn);
+                }
+                pool.get().await
+            }
+            other => other,
+        };
         let object = self.from_pool(object)?;
         let conn = Conn {
             conn: object.conn.clone(),
@@ -354,21 +394,8 @@ impl Node {
             _exclusive: None,
             node: self.clone(),
         };
-        let mut shared = self.inner.shared.write().unwrap();
-        if shared
-            .as_ref()
-            .is_some_and(|current| current.unusable().is_none())
-        {
-            // Another request replaced it first: this one goes back to the
-            // pool, idle.
-            drop(shared);
-            drop(object);
-        } else {
-            let broken = shared.replace(object);
-            drop(shared);
-            // Broke meanwhile: out of the pool for good.
-            drop(broken.map(pool::Object::take));
-        }
+        let previous = self.inner.shared[slot].write().unwrap().replace(object);
+        drop(previous);
         Ok(conn)
     }
 
@@ -383,17 +410,22 @@ impl Node {
     async fn exclusive_from_pool(&self) -> Result<Conn> {
         let pool = &self.inner.pool;
         // One the pool has idle, or can make. When every connection is out
-        // (the shared one counts), the shared one goes back to the pool:
-        // a pool of one still serves a request that needs its connection
-        // to itself, and shared requests then wait for the pool, as they
-        // would for any connection. (Requests already sent on it are
-        // answered first: commands on a connection run in order.)
+        // (shared ones count), a shared one goes back to the pool: a pool of
+        // one still serves a request that needs its connection to itself,
+        // and shared requests then wait for the pool, as they would for any
+        // connection. (Requests already sent on it are answered first:
+        // commands on a connection run in order.)
         let mut at_once = pool.timeouts();
         at_once.wait = Some(Duration::ZERO);
         let object = match pool.timeout_get(&at_once).await {
             Err(PoolError::Timeout(TimeoutType::Wait)) => {
-                let shared = self.inner.shared.write().unwrap().take();
-                drop(shared);
+                let evicted = self
+                    .inner
+                    .shared
+                    .iter()
+                    .rev()
+                    .find_map(|slot| slot.write().unwrap().take());
+                drop(evicted);
                 pool.get().await
             }
             other => other,

@@ -1,12 +1,14 @@
 //! The command connections of one node: a deadpool pool of RESP3 multiplexed
 //! connections whose recycle does no I/O.
 //!
-//! Requests share connections: the node keeps one pooled object out of the
-//! pool as its shared connection, and a checkout clones that multiplexed
-//! handle (no pool lock, no semaphore, no await), so concurrent requests
-//! pipeline on one socket instead of queueing for a connection each. The
-//! pool is asked only for a shared connection to replace one that broke,
-//! and for connections a request needs to itself (a replica-sync `WAIT`).
+//! Requests share connections: the node keeps pooled objects out of the
+//! pool as its shared connections (one per worker thread of the runtime, at
+//! most the pool size), and a checkout clones one of those multiplexed
+//! handles in turn (no pool lock, no semaphore, no await), so concurrent
+//! requests pipeline on a few sockets instead of queueing for a connection
+//! each. The pool is asked only for shared connections (the first, and to
+//! replace one that broke), and for connections a request needs to itself
+//! (a replica-sync `WAIT`).
 //!
 //! deadpool-redis's stock manager sends `UNWATCH` + `PING` on every checkout,
 //! tripling the wire cost of a lock+unlock. Here a connection is known broken

@@ -198,18 +198,23 @@ async fn connections(url: &str) -> usize {
     list.lines().count() - 1
 }
 
-/// Concurrent requests pipeline on one shared connection: 64 tasks on 64
-/// locks, on two worker threads, open no command connection beyond the
-/// first.
+/// Concurrent requests pipeline on shared connections, one per worker
+/// thread: 64 tasks on 64 locks, on two workers, open no command connection
+/// beyond the two their first lock+unlock made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_requests_share_one_connection() {
+async fn concurrent_requests_share_a_connection_per_worker() {
     let server = server().await;
     let node = node(&server);
     let client = client();
     let url = server.url();
+    // The acquire takes one shared connection, the release the next.
     let warm = client.lock(&node, "shared:warm").unwrap();
     warm.lock().await.unwrap().unlock().await.unwrap();
-    assert_eq!(connections(&url).await, 1, "one command connection");
+    assert_eq!(
+        connections(&url).await,
+        2,
+        "a command connection per worker"
+    );
 
     let tasks: Vec<_> = (0..64)
         .map(|i| {
@@ -225,7 +230,43 @@ async fn concurrent_requests_share_one_connection() {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(connections(&url).await, 1, "still one command connection");
+    assert_eq!(
+        connections(&url).await,
+        2,
+        "still a command connection per worker"
+    );
+}
+
+/// The first requests to a node with a pool of one connection, 64 at once:
+/// one makes the shared connection and the others wait for it, not for a
+/// place in the pool (which a shared connection never gives back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_requests_at_once_wait_for_the_shared_connection() {
+    let server = server().await;
+    let node = multilock::Node::builder(server.url())
+        .pool_size(1)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = client();
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let lock = client.lock(&node, format!("cold:{i}")).unwrap();
+            tokio::spawn(async move {
+                let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+                guard.unlock().await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "no request waited out the response timeout"
+    );
+    assert_eq!(connections(&server.url()).await, 1);
 }
 
 /// A pool of one connection serves shared requests and one that needs its
