@@ -387,7 +387,7 @@ impl Node {
             }
             other => other,
         };
-        let object = self.from_pool(object)?;
+        let object = self.pooled(object)?;
         let conn = Conn {
             conn: object.conn.clone(),
             broken: object.broken.clone(),
@@ -430,7 +430,7 @@ impl Node {
             }
             other => other,
         };
-        let object = self.from_pool(object)?;
+        let object = self.pooled(object)?;
         Ok(Conn {
             conn: object.conn.clone(),
             broken: object.broken.clone(),
@@ -463,7 +463,7 @@ impl Node {
 
     /// What the pool gave, as this crate's error (observed: a timeout or
     /// refusal makes the node suspect).
-    fn from_pool(
+    fn pooled(
         &self,
         object: std::result::Result<pool::Object, PoolError<redis::RedisError>>,
     ) -> Result<pool::Object> {

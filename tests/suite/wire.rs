@@ -194,7 +194,7 @@ async fn lock_and_unlock_cost_two_script_calls() {
 
 /// Connections to `url` other than the one asking.
 async fn connections(url: &str) -> usize {
-    let list: String = run(url, &redis::cmd("CLIENT").arg("LIST")).await.unwrap();
+    let list: String = run(url, redis::cmd("CLIENT").arg("LIST")).await.unwrap();
     list.lines().count() - 1
 }
 
