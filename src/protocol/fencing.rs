@@ -34,13 +34,18 @@ impl Fencing {
 // ---------------------------------------------------------------------------
 // Fencing
 
-/// KEYS[1] token counter. ARGV[1] minimum.
-/// Reply: `{before (-1 when the counter was missing), after}`.
+/// KEYS[1] token counter. ARGV[1] minimum. ARGV[2] `1`: create a missing
+/// counter at the minimum (a settled token); `0`: leave it missing.
+/// Reply: `{before (-1 when the counter was missing), after (0 when it
+/// still is)}`.
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 pub(super) const RAISE_TOKEN_LUA: &str = r#"
 local before = redis.call('get', KEYS[1])
 local wanted = tonumber(ARGV[1])
 if before == false then
+    if ARGV[2] ~= '1' then
+        return {-1, 0}
+    end
     redis.call('set', KEYS[1], ARGV[1])
     return {-1, wanted}
 end
@@ -58,15 +63,29 @@ pub(crate) struct Raised {
     /// The counter before, `None` when it was missing (never used there, or
     /// lost with the node's data).
     pub(crate) before: Option<u64>,
-    /// The counter after: at least the minimum asked for.
+    /// The counter after: at least the minimum asked for, or 0 when it was
+    /// missing and left so.
     pub(crate) after: u64,
+}
+
+/// What a raise does with a counter that is missing (its node lost its
+/// data, or never saw the lock fenced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// Leave it missing: the minimum is not a settled token yet, and a
+    /// counter created below the token would later count as a survivor.
+    Leave,
+    /// Create it at the minimum: a settled token.
+    Seed,
 }
 
 /// Raise the fencing counter of `keys` to at least `minimum` (multi-node
 /// fencing: the token's settlement).
-pub(crate) fn raise_token(keys: &LockKeys, minimum: u64) -> Call<Raised> {
+pub(crate) fn raise_token(keys: &LockKeys, minimum: u64, missing: Missing) -> Call<Raised> {
     let mut invocation = RAISE_TOKEN.key(&keys.token);
-    invocation.arg(minimum);
+    invocation
+        .arg(minimum)
+        .arg(u8::from(missing == Missing::Seed));
     Call::script(invocation, |reply| {
         let (before, after) = <(i64, i64)>::from_redis_value(reply)?;
         Ok(Raised {

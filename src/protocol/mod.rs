@@ -21,7 +21,7 @@ use crate::timing::{millis, ttl_from_pttl};
 mod fencing;
 mod holds;
 
-pub(crate) use fencing::{Fencing, Raised, raise_token};
+pub(crate) use fencing::{Fencing, Missing, Raised, raise_token};
 pub(crate) use holds::{acquire, extend, force_unlock, release, renew_batch, rollback};
 
 /// One request of the protocol and how to read its reply.
@@ -300,7 +300,7 @@ mod tests {
         assert_eq!(release.decode(Value::Nil).unwrap(), Released::NotHeld);
         assert_eq!(release.decode(Value::Int(0)).unwrap(), Released::StillHeld);
         assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);
-        let raise = raise_token(&keys, 5);
+        let raise = raise_token(&keys, 5, Missing::Seed);
         assert_eq!(
             raise.decode(ints(&[-1, 5])).unwrap(),
             Raised {

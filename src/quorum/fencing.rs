@@ -13,7 +13,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::policy::{self, CounterReport};
 use super::{QuorumLock, QuorumPolicy};
-use crate::protocol::{self, Raised};
+use crate::protocol::{self, Missing, Raised};
 use crate::single::HeldPart;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
@@ -43,21 +43,27 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 })
                 .collect()
         };
+        // Missing counters stay missing in this first raise: the candidate
+        // may be below the token, and a counter created below it would
+        // count as a survivor at a later settlement.
         let first = self
-            .raise_counters(candidate, node_timeout, |answers| {
+            .raise_counters(candidate, Missing::Leave, node_timeout, |answers| {
                 policy::settle_token(candidate, &reports(answers), nodes, required).is_some()
             })
             .await;
         let token = policy::settle_token(candidate, &reports(&first), nodes, required)?;
-        let confirmed = if candidate > 0 && token == candidate {
+        let any_missing = first.iter().any(|(_, raised)| raised.before.is_none());
+        let confirmed = if candidate > 0 && token == candidate && !any_missing {
             // Every answer raised its counter to at least the candidate.
             first.len()
         } else {
+            // Raised again to the token, which also seeds missing counters
+            // with it: a settled token, never a lower value.
             let raised_to_token = |answers: &[(usize, Raised)]| {
                 answers.iter().filter(|(_, r)| r.after >= token).count()
             };
             let second = self
-                .raise_counters(token, node_timeout, |answers| {
+                .raise_counters(token, Missing::Seed, node_timeout, |answers| {
                     raised_to_token(answers) >= required
                 })
                 .await;
@@ -66,12 +72,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         (confirmed >= required).then_some(token)
     }
 
-    /// Raises every node's counter to at least `minimum`, each under
-    /// `node_timeout`, until `enough` says the answers so far suffice (or
-    /// every node answered or failed). The answers, by lock index.
+    /// Raises every node's counter to at least `minimum` (a missing one is
+    /// left or seeded, as `missing` says), each under `node_timeout`, until
+    /// `enough` says the answers so far suffice (or every node answered or
+    /// failed). The answers, by lock index.
     async fn raise_counters(
         &self,
         minimum: u64,
+        missing: Missing,
         node_timeout: Duration,
         enough: impl Fn(&[(usize, Raised)]) -> bool,
     ) -> Vec<(usize, Raised)> {
@@ -80,7 +88,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .iter()
             .enumerate()
             .map(|(index, lock)| async move {
-                let raise = protocol::raise_token(lock.keys(), minimum);
+                let raise = protocol::raise_token(lock.keys(), minimum, missing);
                 let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
                 (index, raised.ok().and_then(Result::ok))
             })

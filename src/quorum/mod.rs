@@ -172,9 +172,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// quorum of nodes whose counter existed (or every node) has answered,
     /// the token is made higher than every counter reported, and a quorum of
     /// nodes is raised to it. A node whose counter is missing (it never saw
-    /// this lock fenced, or lost its data) is seeded by that raise and does
-    /// not count towards the quorum that proves the token. Validity is
-    /// checked again after the settlement.
+    /// this lock fenced, or lost its data) does not count towards the
+    /// quorum that proves the token, and is seeded with the settled token
+    /// only, never with a lower value (which would count as a surviving
+    /// counter at the next settlement). Validity is checked again after the
+    /// settlement.
     ///
     /// **When tokens strictly increase:** across any two holders in grant
     /// order, as long as, between the first holder's settlement and the

@@ -135,9 +135,14 @@ pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
     script(wire::force_unlock(&LockKeys::new(name)))
 }
 
-/// The fencing counter raise. Reply: the counter afterwards.
+/// The fencing counter raise of a settled token (a missing counter is
+/// created at `minimum`). Reply: `[before (-1: missing), after]`.
 pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
-    script(wire::raise_token(&LockKeys::new(name), minimum))
+    script(wire::raise_token(
+        &LockKeys::new(name),
+        minimum,
+        wire::Missing::Seed,
+    ))
 }
 
 /// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by

@@ -819,3 +819,69 @@ async fn a_red_lock_ends_its_wait_on_a_permanent_error() {
     .expect("try_lock_for() ended its 60 s wait at the permanent error");
     assert!(outcome.is_err(), "{outcome:?}");
 }
+
+/// A node that lost its counter (restarted empty) is seeded only with a
+/// settled token, never with a lower value. Here node 0 has seen token 100
+/// under a rival holder, nodes 1 and 2 lag at 5, and nodes 3 and 4 have no
+/// counter: the grants' highest INCR is 6, the token handed out 101. A
+/// counter seeded with 6 on node 3 or 4 would count as a surviving counter
+/// at the next settlement, and if the raise to 101 never reached it (the
+/// settlement returns at quorum), a quorum of nodes 1, 3 and 4 would hand
+/// the next holder a token below this one.
+#[tokio::test]
+async fn a_restarted_node_is_seeded_only_with_a_settled_token() {
+    let servers = servers(5).await;
+    let nodes: Vec<Node> = servers.iter().map(node).collect();
+    let token_key = protocol::token_key("seeded");
+    let rival = Client::new()
+        .lock(&nodes[0], "seeded")
+        .unwrap()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    for (server, counter) in [(&servers[0], 100), (&servers[1], 5), (&servers[2], 5)] {
+        let _: () = run(
+            &server.url(),
+            redis::cmd("SET").arg(&token_key).arg(counter),
+        )
+        .await
+        .unwrap();
+    }
+    let mut monitors = Vec::new();
+    for server in &servers[3..] {
+        monitors.push(monitor(&server.url()).await);
+    }
+    let guard = client()
+        .red_lock_on(&nodes, "seeded")
+        .unwrap()
+        .with_fencing()
+        .try_lock_for(Duration::from_secs(5), Some(LONG_LEASE))
+        .await
+        .unwrap()
+        .expect("nodes 1 to 4 grant");
+    let token = guard.fencing_token().unwrap();
+    assert_eq!(token, 101, "above the 100 node 0 reported");
+    // Every value written to the counter of nodes 3 and 4, until it holds
+    // the token (a node the settlement did not wait for may get nothing).
+    for (lines, server) in monitors.iter_mut().zip(&servers[3..]) {
+        let seeded = tokio::time::timeout(PATIENCE, async {
+            while let Some(line) = lines.next().await {
+                if line.from_script && line.command() == "set" && line.has_arg(&token_key) {
+                    let value: u64 = line.args[2].parse().unwrap();
+                    assert!(
+                        value >= token,
+                        "node {} seeded with {value}, below the token {token}: {line:?}",
+                        server.url()
+                    );
+                    return;
+                }
+            }
+        })
+        .await;
+        if seeded.is_err() {
+            assert!(!exists(&server.url(), &token_key).await, "never seeded");
+        }
+    }
+    guard.unlock().await.unwrap();
+    drop(rival);
+}
