@@ -178,6 +178,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// counter at the next settlement). Validity is checked again after the
     /// settlement.
     ///
+    /// A missing counter cannot be told from one lost with its node's data,
+    /// so a round that hears from fewer than a quorum of nodes with a
+    /// counter, and not from every node, hands out no token: it is lost
+    /// (and retried). The first fenced grant of a name therefore needs
+    /// every node to answer; from then on a quorum of nodes holds the
+    /// counter.
+    ///
     /// **When tokens strictly increase:** across any two holders in grant
     /// order, as long as, between the first holder's settlement and the
     /// second's, not every node of the first settlement's quorum loses its
