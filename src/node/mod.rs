@@ -71,11 +71,12 @@ struct NodeInner {
     /// objects kept out of the pool while usable, one slot per place in the
     /// pool, of which the first `spread` are used.
     shared: Box<[std::sync::RwLock<Option<pool::Object>>]>,
-    /// How many shared connections requests take in turn: one per worker
+    /// Over how many shared connections requests are spread: one per worker
     /// thread of the runtime that first used the node (so each can drive
     /// one), at most the pool size. Set on first use.
     spread: std::sync::OnceLock<usize>,
-    /// Turns taken over the shared connections.
+    /// Turns taken over the shared connections by requests about no lock
+    /// in particular (the watchdog's batches).
     turn: AtomicUsize,
     /// Held while a shared connection is made: see [`Node::fill_shared`].
     filling: tokio::sync::Mutex<()>,
@@ -108,11 +109,11 @@ impl fmt::Debug for NodeBuilder {
 
 impl NodeBuilder {
     /// Maximum command connections (default [`DEFAULT_POOL_SIZE`]).
-    /// Connections are multiplexed and shared: requests take in turn one
-    /// connection per worker thread of the runtime (at most this many) and
-    /// pipeline on it; more are made only for requests that need one to
-    /// themselves (a replica-sync `WAIT`), or while a broken one is
-    /// replaced.
+    /// Connections are multiplexed and shared: requests spread over one
+    /// connection per worker thread of the runtime (at most this many; a
+    /// lock's requests all take the same one) and pipeline on it; more are
+    /// made only for requests that need one to themselves (a replica-sync
+    /// `WAIT`), or while a broken one is replaced.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -299,39 +300,43 @@ impl Node {
         self.inner.id
     }
 
-    /// Runs one protocol call on a pooled connection: one round trip (a
-    /// script goes by EVALSHA and is loaded on the first NOSCRIPT). Fails at
-    /// once, with nothing sent, while the node is suspect.
-    pub(crate) async fn run<R>(&self, call: &Call<R>) -> Result<R> {
-        self.checkout().await?.run(call).await
+    /// Runs one protocol call about the lock of `lane` on a shared
+    /// connection: one round trip (a script goes by EVALSHA and is loaded on
+    /// the first NOSCRIPT). Fails at once, with nothing sent, while the node
+    /// is suspect.
+    pub(crate) async fn run<R>(&self, lane: Lane, call: &Call<R>) -> Result<R> {
+        self.checkout(lane).await?.run(call).await
     }
 
     /// As [`Node::run`], even while the node is suspect: for the watchdog's
     /// renewals, one request per node and tick, whose outcome says whether
     /// the holds there can still be proven.
     pub(crate) async fn run_despite_suspicion<R>(&self, call: &Call<R>) -> Result<R> {
-        self.checkout_shared().await?.run(call).await
+        self.checkout_shared(None).await?.run(call).await
     }
 
-    /// A connection for one request, shared with concurrent requests
-    /// (pipelined): a clone of one of the node's shared connections, taken
-    /// in turn, without I/O, lock wait or await. The pool is asked only when
-    /// that one is missing or unusable (the first requests, or it broke).
-    pub(crate) async fn checkout(&self) -> Result<Conn> {
+    /// A connection for one request about the lock of `lane`, shared with
+    /// concurrent requests (pipelined): a clone of the node's shared
+    /// connection for that lane, taken without I/O, lock wait or await. The
+    /// pool is asked only when that one is missing or unusable (the first
+    /// requests, or it broke).
+    pub(crate) async fn checkout(&self, lane: Lane) -> Result<Conn> {
         self.refuse_if_suspect().await?;
-        self.checkout_shared().await
+        self.checkout_shared(Some(lane)).await
     }
 
-    async fn checkout_shared(&self) -> Result<Conn> {
+    /// A shared connection: `lane`'s, or without one, each in turn.
+    async fn checkout_shared(&self, lane: Option<Lane>) -> Result<Conn> {
         let inner = &self.inner;
         let spread = *inner.spread.get_or_init(|| {
             let workers = tokio::runtime::Handle::try_current()
                 .map_or(1, |runtime| runtime.metrics().num_workers());
             workers.clamp(1, inner.shared.len())
         });
-        let slot = match spread {
-            1 => 0,
-            _ => inner.turn.fetch_add(1, Ordering::Relaxed) % spread,
+        let slot = match (spread, lane) {
+            (1, _) => 0,
+            (_, Some(Lane(lane))) => (lane % spread as u64) as usize,
+            (_, None) => inner.turn.fetch_add(1, Ordering::Relaxed) % spread,
         };
         if let Some(conn) = self.shared_conn(slot) {
             return Ok(conn);
@@ -529,6 +534,27 @@ impl Node {
     }
 }
 
+/// Which of a node's shared connections a request about one lock takes:
+/// its name's. A lock's requests keep to one connection, so they reach the
+/// server in the order they were sent, as they would on a single one (a
+/// contended lock's release, its holder's next acquire and the waiters'
+/// attempts, in the order they left); different locks spread over all of
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lane(u64);
+
+impl Lane {
+    /// The lane of lock `name` (FNV-1a, then mixed: the low bits of FNV
+    /// alone follow the last bytes too closely).
+    pub(crate) fn of(name: &str) -> Lane {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in name.bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Lane(hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32)
+    }
+}
+
 /// A connection of one node, for one request (or, for a rollback, also for
 /// the request that follows it on the same connection: commands on one
 /// connection are applied in order).
@@ -652,6 +678,25 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)));
+    }
+
+    /// Names that differ in their last characters (a lock per order) spread
+    /// evenly over the shared connections, however many there are.
+    #[test]
+    fn lanes_spread_names_that_differ_at_the_end() {
+        for spread in [2u64, 3, 4, 8] {
+            let mut per_slot = vec![0; spread as usize];
+            for i in 0..256 {
+                let Lane(lane) = Lane::of(&format!("orders:{i}"));
+                per_slot[(lane % spread) as usize] += 1;
+            }
+            let fair = 256 / spread as usize;
+            assert!(
+                per_slot.iter().all(|n| *n > fair / 2 && *n < fair * 3 / 2),
+                "{spread} connections: {per_slot:?}"
+            );
+        }
+        assert_eq!(Lane::of("orders:42"), Lane::of("orders:42"));
     }
 
     #[test]

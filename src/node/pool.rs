@@ -4,9 +4,9 @@
 //! Requests share connections: the node keeps pooled objects out of the
 //! pool as its shared connections (one per worker thread of the runtime, at
 //! most the pool size), and a checkout clones one of those multiplexed
-//! handles in turn (no pool lock, no semaphore, no await), so concurrent
-//! requests pipeline on a few sockets instead of queueing for a connection
-//! each. The pool is asked only for shared connections (the first, and to
+//! handles, the one its lock's name picks (no pool lock, no semaphore, no
+//! await), so concurrent requests pipeline on a few sockets instead of
+//! queueing for a connection each, and a lock's requests stay in order. The pool is asked only for shared connections (the first, and to
 //! replace one that broke), and for connections a request needs to itself
 //! (a replica-sync `WAIT`).
 //!

@@ -89,7 +89,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .enumerate()
             .map(|(index, lock)| async move {
                 let raise = protocol::raise_token(lock.keys(), minimum, missing);
-                let raised = tokio::time::timeout(node_timeout, lock.node().run(&raise)).await;
+                let raised =
+                    tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &raise)).await;
                 (index, raised.ok().and_then(Result::ok))
             })
             .collect();

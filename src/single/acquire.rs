@@ -275,7 +275,7 @@ impl Lock {
         // WAIT blocks its connection: take one nobody shares.
         let node = &sent.lock.inner.node;
         let checkout = match sent.lock.inner.replica_sync {
-            None => node.checkout().await,
+            None => node.checkout(sent.lock.lane()).await,
             Some(_) => node.checkout_exclusive().await,
         };
         let mut conn = match checkout {
@@ -418,7 +418,7 @@ impl Undo {
         loop {
             let attempt = match conn.take() {
                 Some(mut conn) => conn.run_patiently(&rollback, patience).await,
-                None => node.run(&rollback).await,
+                None => node.run(lock.lane(), &rollback).await,
             };
             match lock.traced_release(async { attempt }).await {
                 Ok(_) | Err(Error::NotHeld { .. }) => return,

@@ -158,7 +158,10 @@ impl PartView {
         let extended = self
             .lock
             .node()
-            .run(&protocol::extend(self.lock.keys(), &self.field, lease))
+            .run(
+                self.lock.lane(),
+                &protocol::extend(self.lock.keys(), &self.field, lease),
+            )
             .instrument(span.clone())
             .await;
         let _enter = span.enter();
@@ -207,7 +210,7 @@ async fn finish_release(
         }
         let outcome = match conn.as_mut() {
             Some(conn) => conn.run_patiently(&release, left).await,
-            None => match lock.node().checkout().await {
+            None => match lock.node().checkout(lock.lane()).await {
                 Ok(fresh) => conn.insert(fresh).run_patiently(&release, left).await,
                 Err(err) => Err(err),
             },
@@ -259,7 +262,7 @@ impl Lock {
         let release = protocol::release(self.keys(), field, hold_id);
         let sent_at = Instant::now();
         self.traced_release(async {
-            let mut conn = match self.node().checkout().await {
+            let mut conn = match self.node().checkout(self.lane()).await {
                 Ok(conn) => conn,
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is

@@ -15,7 +15,7 @@ use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::metrics;
-use crate::node::Node;
+use crate::node::{Lane, Node};
 use crate::owner::Owner;
 use crate::protocol::{self, Fencing, LockKeys};
 use crate::timing::{self, check_lease};
@@ -78,6 +78,8 @@ struct LockInner {
     core: Arc<ClientCore>,
     node: Node,
     keys: LockKeys,
+    /// The node's shared connection its requests take.
+    lane: Lane,
     /// How grants treat the fencing counter.
     fencing: Fencing,
     /// How long a hold may be kept by renewal alone (`None`: no limit).
@@ -100,6 +102,7 @@ impl Lock {
                 core,
                 node,
                 keys: LockKeys::new(&name),
+                lane: Lane::of(&name),
                 fencing: Fencing::Off,
                 max_hold,
                 kind: metrics::SINGLE,
@@ -121,6 +124,11 @@ impl Lock {
 
     pub(crate) fn keys(&self) -> &LockKeys {
         &self.inner.keys
+    }
+
+    /// Which of its node's shared connections this lock's requests take.
+    pub(crate) fn lane(&self) -> Lane {
+        self.inner.lane
     }
 
     /// The client this lock was made by.

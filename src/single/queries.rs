@@ -29,7 +29,7 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner
             .node
-            .run(&protocol::force_unlock(&self.inner.keys))
+            .run(self.inner.lane, &protocol::force_unlock(&self.inner.keys))
             .await
     }
 
@@ -55,7 +55,7 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.inner
             .node
-            .run(&protocol::is_locked(&self.inner.keys))
+            .run(self.inner.lane, &protocol::is_locked(&self.inner.keys))
             .await
     }
 
@@ -83,7 +83,10 @@ impl Lock {
         Ok(self
             .inner
             .node
-            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .run(
+                self.inner.lane,
+                &protocol::hold_count(&self.inner.keys, &field),
+            )
             .await?
             > 0)
     }
@@ -113,7 +116,10 @@ impl Lock {
         let field = self.field(&self.owner());
         self.inner
             .node
-            .run(&protocol::hold_count(&self.inner.keys, &field))
+            .run(
+                self.inner.lane,
+                &protocol::hold_count(&self.inner.keys, &field),
+            )
             .await
     }
 
@@ -141,7 +147,7 @@ impl Lock {
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         self.inner
             .node
-            .run(&protocol::remaining_ttl(&self.inner.keys))
+            .run(self.inner.lane, &protocol::remaining_ttl(&self.inner.keys))
             .await
     }
 }
