@@ -21,7 +21,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
     ///
     /// # Cancel safety
     ///
@@ -47,7 +47,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
     ///
     /// # Cancel safety
     ///
@@ -73,7 +73,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
     ///
     /// # Cancel safety
     ///
@@ -107,7 +107,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
     ///
     /// # Cancel safety
     ///
@@ -139,7 +139,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
     ///
     /// # Cancel safety
     ///
