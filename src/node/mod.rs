@@ -1,5 +1,7 @@
 //! One Redis master: its command pool, its shared subscription, its timeouts.
+//! How a request gets a connection and runs on it is [`conn`].
 
+mod conn;
 mod health;
 mod pool;
 mod subscriber;
@@ -11,12 +13,11 @@ use std::time::Duration;
 
 // Configuration types through deadpool-redis, the facade that pins the deadpool
 // and redis versions this pool is built for.
-use deadpool::managed::{PoolError, TimeoutType};
 use deadpool_redis::{Runtime, Timeouts};
-use redis::{ConnectionAddr, ProtocolVersion, Value};
+use redis::{ConnectionAddr, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
-use crate::protocol::{Call, Request};
+pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
 pub(crate) use subscriber::Subscription;
 
@@ -78,7 +79,7 @@ struct NodeInner {
     /// Turns taken over the shared connections by requests about no lock
     /// in particular (the watchdog's batches).
     turn: AtomicUsize,
-    /// Held while a shared connection is made: see [`Node::fill_shared`].
+    /// Held while a shared connection is made (one request at a time).
     filling: tokio::sync::Mutex<()>,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
@@ -300,195 +301,10 @@ impl Node {
         self.inner.id
     }
 
-    /// Runs one protocol call about the lock of `lane` on a shared
-    /// connection: one round trip (a script goes by EVALSHA and is loaded on
-    /// the first NOSCRIPT). Fails at once, with nothing sent, while the node
-    /// is suspect.
-    pub(crate) async fn run<R>(&self, lane: Lane, call: &Call<R>) -> Result<R> {
-        self.checkout(lane).await?.run(call).await
-    }
-
-    /// As [`Node::run`], even while the node is suspect: for the watchdog's
-    /// renewals, one request per node and tick, whose outcome says whether
-    /// the holds there can still be proven.
-    pub(crate) async fn run_despite_suspicion<R>(&self, call: &Call<R>) -> Result<R> {
-        self.checkout_shared(None).await?.run(call).await
-    }
-
-    /// A connection for one request about the lock of `lane`, shared with
-    /// concurrent requests (pipelined): a clone of the node's shared
-    /// connection for that lane, taken without I/O, lock wait or await. The
-    /// pool is asked only when that one is missing or unusable (the first
-    /// requests, or it broke).
-    pub(crate) async fn checkout(&self, lane: Lane) -> Result<Conn> {
-        self.refuse_if_suspect().await?;
-        self.checkout_shared(Some(lane)).await
-    }
-
-    /// A shared connection: `lane`'s, or without one, each in turn.
-    async fn checkout_shared(&self, lane: Option<Lane>) -> Result<Conn> {
-        let inner = &self.inner;
-        let spread = *inner.spread.get_or_init(|| {
-            let workers = tokio::runtime::Handle::try_current()
-                .map_or(1, |runtime| runtime.metrics().num_workers());
-            workers.clamp(1, inner.shared.len())
-        });
-        let slot = match (spread, lane) {
-            (1, _) => 0,
-            (_, Some(Lane(lane))) => (lane % spread as u64) as usize,
-            (_, None) => inner.turn.fetch_add(1, Ordering::Relaxed) % spread,
-        };
-        if let Some(conn) = self.shared_conn(slot) {
-            return Ok(conn);
-        }
-        // Boxed: the pool's future, which can create a connection, is
-        // several KB. Kept out of every request's future, it is not copied
-        // each time a request is moved or boxed.
-        Box::pin(self.fill_shared(slot)).await
-    }
-
-    /// A clone of shared connection `slot`, if it is there and usable.
-    fn shared_conn(&self, slot: usize) -> Option<Conn> {
-        let shared = self.inner.shared[slot].read().unwrap();
-        let object = shared.as_ref()?;
-        if object.unusable().is_some() {
-            return None;
-        }
-        Some(Conn {
-            conn: object.conn.clone(),
-            broken: object.broken.clone(),
-            _exclusive: None,
-            node: self.clone(),
-        })
-    }
-
-    /// Makes shared connection `slot` from the pool, one request at a time:
-    /// the requests that wait meanwhile take the connection it made (had
-    /// each asked the pool, the ones it could not serve would have waited
-    /// for a place that shared connections never give back). When the pool
-    /// has nothing to give at once (the other shared connections and
-    /// requests that need one to themselves hold it all), another shared
-    /// connection serves.
-    async fn fill_shared(&self, slot: usize) -> Result<Conn> {
-        let _filling = self.inner.filling.lock().await;
-        if let Some(conn) = self.shared_conn(slot) {
-            return Ok(conn);
-        }
-        // Only this request fills: the slot is empty or unusable. An
-        // unusable connection leaves the pool for good (it holds one of its
-        // places) and closes once the requests still on it are done.
-        let unusable = self.inner.shared[slot].write().unwrap().take();
-        drop(unusable.map(pool::Object::take));
-        let pool = &self.inner.pool;
-        let mut at_once = pool.timeouts();
-        at_once.wait = Some(Duration::ZERO);
-        let object = match pool.timeout_get(&at_once).await {
-            Err(PoolError::Timeout(TimeoutType::Wait)) => {
-                let other = (0..self.inner.shared.len()).find_map(|other| self.shared_conn(other));
-                if let Some(conn) = other {
-                    return Ok(conn);
-                }
-                pool.get().await
-            }
-            other => other,
-        };
-        let object = self.pooled(object)?;
-        let conn = Conn {
-            conn: object.conn.clone(),
-            broken: object.broken.clone(),
-            _exclusive: None,
-            node: self.clone(),
-        };
-        let previous = self.inner.shared[slot].write().unwrap().replace(object);
-        drop(previous);
-        Ok(conn)
-    }
-
-    /// A connection nobody else is given until this one is dropped: for a
-    /// request that blocks its connection (`WAIT`).
-    pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {
-        self.refuse_if_suspect().await?;
-        // Boxed, as in `checkout_shared`.
-        Box::pin(self.exclusive_from_pool()).await
-    }
-
-    async fn exclusive_from_pool(&self) -> Result<Conn> {
-        let pool = &self.inner.pool;
-        // One the pool has idle, or can make. When every connection is out
-        // (shared ones count), a shared one goes back to the pool: a pool of
-        // one still serves a request that needs its connection to itself,
-        // and shared requests then wait for the pool, as they would for any
-        // connection. (Requests already sent on it are answered first:
-        // commands on a connection run in order.)
-        let mut at_once = pool.timeouts();
-        at_once.wait = Some(Duration::ZERO);
-        let object = match pool.timeout_get(&at_once).await {
-            Err(PoolError::Timeout(TimeoutType::Wait)) => {
-                let evicted = self
-                    .inner
-                    .shared
-                    .iter()
-                    .rev()
-                    .find_map(|slot| slot.write().unwrap().take());
-                drop(evicted);
-                pool.get().await
-            }
-            other => other,
-        };
-        let object = self.pooled(object)?;
-        Ok(Conn {
-            conn: object.conn.clone(),
-            broken: object.broken.clone(),
-            _exclusive: Some(Box::new(object)),
-            node: self.clone(),
-        })
-    }
-
     /// Registers a waiter on `channel` if this node's shared subscription
     /// already has it confirmed (other local waiters are on it): no I/O.
     pub(crate) fn join_subscription(&self, channel: &str) -> Option<Subscription> {
         self.inner.subscriber.join(channel)
-    }
-
-    /// Failing at once while the node is suspect, with nothing sent.
-    async fn refuse_if_suspect(&self) -> Result<()> {
-        if !self.inner.health.is_suspect() {
-            return Ok(());
-        }
-        // Failing at once must still yield now and then: a caller that
-        // retries in a loop would otherwise starve its runtime (and the
-        // probe that would end the suspicion).
-        tokio::task::coop::consume_budget().await;
-        Err(Error::NodeUnavailable {
-            node: self.inner.addr.clone(),
-            reason: Unavailable::Suspect,
-            source: None,
-        })
-    }
-
-    /// What the pool gave, as this crate's error (observed: a timeout or
-    /// refusal makes the node suspect).
-    fn pooled(
-        &self,
-        object: std::result::Result<pool::Object, PoolError<redis::RedisError>>,
-    ) -> Result<pool::Object> {
-        object.map_err(|e| {
-            let err = match e {
-                PoolError::Backend(err) => Error::from_redis(&self.inner.addr, err),
-                PoolError::Timeout(_) => Error::NodeUnavailable {
-                    node: self.inner.addr.clone(),
-                    reason: Unavailable::Timeout,
-                    source: None,
-                },
-                _ => Error::NodeUnavailable {
-                    node: self.inner.addr.clone(),
-                    reason: Unavailable::Refused,
-                    source: None,
-                },
-            };
-            self.observe(&err);
-            err
-        })
     }
 
     /// Registers a waiter on `channel` of this node's shared subscription.
@@ -531,86 +347,6 @@ impl Node {
         {
             self.inner.health.suspect(health::Why::Failed);
         }
-    }
-}
-
-/// Which of a node's shared connections a request about one lock takes:
-/// its name's. A lock's requests keep to one connection, so they reach the
-/// server in the order they were sent, as they would on a single one (a
-/// contended lock's release, its holder's next acquire and the waiters'
-/// attempts, in the order they left); different locks spread over all of
-/// them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lane(u64);
-
-impl Lane {
-    /// The lane of lock `name` (FNV-1a, then mixed: the low bits of FNV
-    /// alone follow the last bytes too closely).
-    pub(crate) fn of(name: &str) -> Lane {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in name.bytes() {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        Lane(hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32)
-    }
-}
-
-/// A connection of one node, for one request (or, for a rollback, also for
-/// the request that follows it on the same connection: commands on one
-/// connection are applied in order).
-pub(crate) struct Conn {
-    conn: redis::aio::MultiplexedConnection,
-    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Held back from the pool while this request needs the connection to
-    /// itself. Boxed: a pooled object is larger than the rest of a `Conn`,
-    /// which lives in every request's future.
-    _exclusive: Option<Box<pool::Object>>,
-    node: Node,
-}
-
-impl Conn {
-    pub(crate) async fn run<R>(&mut self, call: &Call<R>) -> Result<R> {
-        let reply = send(&call.request, &mut self.conn).await;
-        self.finish(reply.and_then(|reply| call.decode(reply)))
-    }
-
-    /// Like [`Conn::run`], waiting up to `patience` for the reply instead
-    /// of the node's response timeout: for a rollback queued behind a request
-    /// whose reply did not come (a paused node), or a `WAIT`.
-    pub(crate) async fn run_patiently<R>(
-        &mut self,
-        call: &Call<R>,
-        patience: Duration,
-    ) -> Result<R> {
-        let mut conn = self.conn.clone();
-        conn.set_response_timeout(patience);
-        let reply = send(&call.request, &mut conn).await;
-        self.finish(reply.and_then(|reply| call.decode(reply)))
-    }
-
-    fn finish<T>(&self, result: redis::RedisResult<T>) -> Result<T> {
-        match result {
-            Ok(value) => {
-                self.node.inner.health.recovered();
-                Ok(value)
-            }
-            Err(err) => {
-                pool::note_error(&self.broken, &err);
-                let err = Error::from_redis(&self.node.inner.addr, err);
-                self.node.observe(&err);
-                Err(err)
-            }
-        }
-    }
-}
-
-async fn send(
-    request: &Request,
-    conn: &mut redis::aio::MultiplexedConnection,
-) -> redis::RedisResult<Value> {
-    match request {
-        Request::Script(invocation) => invocation.invoke_async(conn).await,
-        Request::Command(cmd) => cmd.query_async(conn).await,
     }
 }
 
@@ -678,25 +414,6 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(matches!(err, Error::InvalidArgument(_)));
-    }
-
-    /// Names that differ in their last characters (a lock per order) spread
-    /// evenly over the shared connections, however many there are.
-    #[test]
-    fn lanes_spread_names_that_differ_at_the_end() {
-        for spread in [2u64, 3, 4, 8] {
-            let mut per_slot = vec![0; spread as usize];
-            for i in 0..256 {
-                let Lane(lane) = Lane::of(&format!("orders:{i}"));
-                per_slot[(lane % spread) as usize] += 1;
-            }
-            let fair = 256 / spread as usize;
-            assert!(
-                per_slot.iter().all(|n| *n > fair / 2 && *n < fair * 3 / 2),
-                "{spread} connections: {per_slot:?}"
-            );
-        }
-        assert_eq!(Lane::of("orders:42"), Lane::of("orders:42"));
     }
 
     #[test]

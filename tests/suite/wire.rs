@@ -235,17 +235,22 @@ async fn concurrent_requests_share_a_connection_per_worker() {
     );
 }
 
+/// A node at `url` with a pool of one command connection.
+fn pool_of_one(url: &str) -> multilock::Node {
+    multilock::Node::builder(url)
+        .pool_size(1)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
 /// The first requests to a node with a pool of one connection, 64 at once:
 /// one makes the shared connection and the others wait for it, not for a
 /// place in the pool (which a shared connection never gives back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_requests_at_once_wait_for_the_shared_connection() {
     let server = server().await;
-    let node = multilock::Node::builder(server.url())
-        .pool_size(1)
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let node = pool_of_one(&server.url());
     let client = client();
     let started = std::time::Instant::now();
     let tasks: Vec<_> = (0..64)
@@ -274,11 +279,7 @@ async fn the_first_requests_at_once_wait_for_the_shared_connection() {
 #[tokio::test]
 async fn a_pool_of_one_serves_shared_and_exclusive_requests() {
     let server = server().await;
-    let node = multilock::Node::builder(server.url())
-        .pool_size(1)
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let node = pool_of_one(&server.url());
     let lock = client().lock(&node, "pool-of-one").unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();
     // A lone server has no replica: the WAIT runs, gets none, and the grant
