@@ -19,7 +19,7 @@ use redis::{ConnectionAddr, ProtocolVersion};
 use crate::error::{Error, Result, Unavailable};
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
-pub(crate) use subscriber::Subscription;
+pub(crate) use subscriber::{AfterSubscribing, Subscription};
 
 /// Default number of pooled command connections per node.
 pub const DEFAULT_POOL_SIZE: usize = 8;

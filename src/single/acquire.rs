@@ -15,7 +15,7 @@ use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
 use crate::metrics;
-use crate::node::Conn;
+use crate::node::{AfterSubscribing as Next, Conn};
 use crate::owner::Owner;
 use crate::protocol::{self, Acquired};
 use crate::timing;
@@ -80,7 +80,9 @@ impl Lock {
     /// subscription to the lock's channel, the waiter joins it first and
     /// its first attempt is already covered: no attempt is spent before
     /// subscribing (a contended acquisition costs one failed attempt, not
-    /// two). With a deadline, every attempt ends by it: a node that does not
+    /// two). Waiters that subscribe together share the attempt after the
+    /// confirmation: one of them sends it, and if it finds the lock held the
+    /// others park without trying. With a deadline, every attempt ends by it: a node that does not
     /// answer cannot stretch the wait by its connect and reply timeouts.
     /// `first_taken`: set when an attempt first finds the lock held by
     /// someone else (the wait that follows is measured from there).
@@ -95,10 +97,11 @@ impl Lock {
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
-        // `answered`: the node answered an attempt of this wait.
-        let (subscription, mut bound, mut answered) =
+        // `answered`: the node answered an attempt of this wait. `first`:
+        // what the loop's first pass does.
+        let (subscription, mut bound, mut answered, mut first) =
             match self.inner.node.join_subscription(channel) {
-                Some(subscription) => (subscription, first_bound, false),
+                Some(subscription) => (subscription, first_bound, false, Next::Attempt(None)),
                 None => {
                     match self.attempt_by(owner, lease, first_bound).await? {
                         Some(Attempt::Granted(part)) => return Ok(Some(part)),
@@ -115,28 +118,47 @@ impl Lock {
                         d.saturating_duration_since(Instant::now())
                     });
                     let subscription = self.inner.node.subscribe(channel, patience).await;
-                    (subscription, deadline, true)
+                    // Waiters that subscribed together share that attempt.
+                    let first = subscription.first_check(deadline).await;
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
+                    (subscription, deadline, true, first)
                 }
             };
         loop {
             let woken = subscription.wake().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let ttl = match self.attempt_by(owner, lease, bound).await? {
-                Some(Attempt::Granted(part)) => return Ok(Some(part)),
-                Some(Attempt::Taken(ttl)) => {
-                    first_taken.get_or_insert_with(Instant::now);
+            let ttl = match std::mem::replace(&mut first, Next::Attempt(None)) {
+                Next::Park(ttl) => ttl,
+                Next::Attempt(duty) => {
+                    let ttl = match self.attempt_by(owner, lease, bound).await? {
+                        Some(Attempt::Granted(part)) => {
+                            if let Some(duty) = duty {
+                                duty.found_held(Some(self.lease(lease)));
+                            }
+                            return Ok(Some(part));
+                        }
+                        Some(Attempt::Taken(ttl)) => {
+                            first_taken.get_or_insert_with(Instant::now);
+                            if let Some(duty) = duty {
+                                duty.found_held(ttl);
+                            }
+                            ttl
+                        }
+                        Some(Attempt::Expired) => Some(Duration::ZERO),
+                        // The node never answered within the whole wait.
+                        None if !answered => return Err(self.no_answer()),
+                        // The wait ran out with this attempt in flight; the node
+                        // answered before (taken), so: not acquired within the wait.
+                        None => return Ok(None),
+                    };
+                    answered = true;
+                    bound = deadline;
                     ttl
                 }
-                Some(Attempt::Expired) => Some(Duration::ZERO),
-                // The node never answered within the whole wait.
-                None if !answered => return Err(self.no_answer()),
-                // The wait ran out with this attempt in flight; the node
-                // answered before (taken), so: not acquired within the wait.
-                None => return Ok(None),
             };
-            answered = true;
-            bound = deadline;
             let mut nap = ttl.unwrap_or(MAX_BLIND_WAIT);
             if let Some(deadline) = deadline {
                 let now = Instant::now();

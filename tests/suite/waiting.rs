@@ -318,33 +318,14 @@ async fn a_waiter_joining_a_subscribed_channel_tries_once_before_it_waits() {
         .unwrap();
     let waiters = Client::new().lock(&node, "joined").unwrap();
     let before = command_calls(&url).await;
-    let sent_since = |before: HashMap<String, u64>, url: String| async move {
-        let after = command_calls(&url).await;
-        delta(&before, &after).get("evalsha").copied().unwrap_or(0)
-    };
     let wait = |lock: multilock::Lock| {
         tokio::spawn(async move {
             let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
             guard.unlock().await.unwrap();
         })
     };
-    let reached = |count: u64| {
-        let (before, url) = (before.clone(), url.clone());
-        async move {
-            eventually(
-                PATIENCE,
-                |seen| format!("{seen} acquire attempts, expected {count}"),
-                || {
-                    let (before, url) = (before.clone(), url.clone());
-                    async move {
-                        let sent = sent_since(before, url).await;
-                        if sent >= count { Ok(()) } else { Err(sent) }
-                    }
-                },
-            )
-            .await
-        }
-    };
+    let sent_since = |before: HashMap<String, u64>, url: String| evalsha_since(before, url);
+    let reached = |count: u64| evalsha_reach(before.clone(), url.clone(), count);
     // The first waiter: an attempt, the subscription, an attempt, parked.
     let first = wait(waiters.clone());
     wait_for_listeners(&url, "joined", 1).await;
@@ -375,4 +356,71 @@ async fn a_waiter_joining_a_subscribed_channel_tries_once_before_it_waits() {
         3 + 1 + 2 * 2,
         "one release wakes one waiter, whose attempt is granted"
     );
+}
+
+/// Waiters arriving together at a held lock, on a channel nobody here has
+/// subscribed yet: each tries once, they subscribe, and then one attempt,
+/// sent after the confirmation, covers them all: N + 1 acquire attempts
+/// before they park, not 2N. Every EVALSHA on the server is an acquire or a
+/// release of this test (long leases, no renewals).
+#[tokio::test]
+async fn waiters_that_subscribe_together_share_the_attempt_after_it() {
+    const WAITERS: u64 = 8;
+    let server = server().await;
+    let url = server.url();
+    let node = node(&server);
+    let holder = client()
+        .lock(&node, "herd")
+        .unwrap()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let waiters = Client::new().lock(&node, "herd").unwrap();
+    let before = command_calls(&url).await;
+    let tasks: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let lock = waiters.clone();
+            tokio::spawn(async move {
+                let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+                guard.unlock().await.unwrap();
+            })
+        })
+        .collect();
+    wait_for_listeners(&url, "herd", 1).await;
+    evalsha_reach(before.clone(), url.clone(), WAITERS + 1).await;
+    // Watch a while: the attempts of the others would follow at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        evalsha_since(before.clone(), url.clone()).await,
+        WAITERS + 1,
+        "one attempt after the subscription, not one per waiter"
+    );
+    assert!(tasks.iter().all(|task| !task.is_finished()));
+    // They all still get their turn.
+    holder.unlock().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    }
+}
+
+/// EVALSHA calls the server ran since `before`.
+async fn evalsha_since(before: HashMap<String, u64>, url: String) -> u64 {
+    let after = command_calls(&url).await;
+    delta(&before, &after).get("evalsha").copied().unwrap_or(0)
+}
+
+/// Waits until the server ran at least `count` EVALSHA calls since `before`.
+async fn evalsha_reach(before: HashMap<String, u64>, url: String, count: u64) {
+    eventually(
+        PATIENCE,
+        |seen| format!("{seen} acquire attempts, expected {count}"),
+        || {
+            let (before, url) = (before.clone(), url.clone());
+            async move {
+                let sent = evalsha_since(before, url).await;
+                if sent >= count { Ok(()) } else { Err(sent) }
+            }
+        },
+    )
+    .await
 }
