@@ -197,6 +197,8 @@ pub struct Contention {
     per_second: f64,
     /// Grants over the whole run, warm-up and drain included.
     pub grants: u64,
+    /// Grants after the warm-up tenth, before the end of the run.
+    pub counted: usize,
     /// Server CPU per grant, µs (set by the caller, who reads INFO cpu).
     server_cpu: f64,
 }
@@ -281,6 +283,7 @@ pub async fn contend(
         regrants: 100.0 * regrants as f64 / holds.len().saturating_sub(1).max(1) as f64,
         per_second: holds.len() as f64 / (stop_at - counted_from).as_secs_f64(),
         grants: *grants.borrow(),
+        counted: holds.len(),
         server_cpu: f64::NAN,
     })
 }

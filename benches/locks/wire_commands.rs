@@ -4,7 +4,7 @@
 //! per contended acquisition: K tasks on one lock, in the loops of (b).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use multilock::testkit::protocol;
 use multilock::{Client, Node};
@@ -116,11 +116,12 @@ pub async fn contended_commands(
         &format!(
             "1 node; multilock Lock and rslock (default retries) in the loops of (b), each run \
              for {} ms under MONITOR, after an unwatched run of a fifth of that which opened the \
-             connections. Counted: every command a client sends from the start of the watched \
-             run to the end of its last task (its warm-up tenth and drain included): acquire \
-             attempts, releases (rslock also releases after each failed attempt), and the \
-             subscription connection's SUBSCRIBE, UNSUBSCRIBE and PING; divided by the \
-             grants of the run, all of them counted. Not counted: the commands scripts run (PUBLISH, HSET, ...). \
+             connections. Counted: every command a client sends (acquire attempts, releases; \
+             rslock also releases after each failed attempt; the subscription connection's \
+             SUBSCRIBE, UNSUBSCRIBE and PING), divided by the grants: in the steady state, from \
+             the end of the run's warm-up tenth to its end, as the other contended figures are; \
+             and over the whole run, from its start (tasks arriving at once at a lock nobody \
+             waits on yet) to the end of its last task (the drain). Not counted: the commands scripts run (PUBLISH, HSET, ...). \
              MONITOR slows the server, so the loops run a little slower than in (b){}",
             settings.run_for.as_millis(),
             SENT_BREAKDOWN
@@ -143,13 +144,25 @@ pub async fn contended_commands(
         };
         let rslock = count_contended(servers, &rslock, k, settings.run_for, pace).await?;
         table.row(
-            format!("{case}: sent per acquisition"),
+            format!("{case}: sent per acquisition, steady state"),
             Unit::Count,
-            ours.sent.clone(),
-            vec![Some(rslock.sent.clone())],
+            ours.steady.clone(),
+            vec![Some(rslock.steady.clone())],
         );
         table.row(
-            format!("{case}: acquisitions counted"),
+            format!("{case}: acquisitions in the steady state"),
+            Unit::Whole,
+            Cell::of(ours.counted as f64),
+            vec![Some(Cell::of(rslock.counted as f64))],
+        );
+        table.row(
+            format!("{case}: sent per acquisition, whole run"),
+            Unit::Count,
+            ours.whole.clone(),
+            vec![Some(rslock.whole.clone())],
+        );
+        table.row(
+            format!("{case}: acquisitions in the whole run"),
             Unit::Whole,
             Cell::of(ours.grants as f64),
             vec![Some(Cell::of(rslock.grants as f64))],
@@ -157,8 +170,9 @@ pub async fn contended_commands(
         report.contended_commands.push(ContendedCommands {
             case,
             pace,
-            ours: ours.sent,
-            rslock: rslock.sent,
+            ours: ours.steady,
+            rslock: rslock.steady,
+            ours_whole: ours.whole,
         });
     }
     report.tables.push(table);
@@ -172,8 +186,13 @@ const SENT_BREAKDOWN: &str = ". In brackets: the commands sent, each per operati
 
 /// Commands sent per acquisition while K tasks fight over one lock.
 struct ContendedCount {
-    sent: Cell,
+    /// Over the whole run, its start and drain included, per grant.
+    whole: Cell,
+    /// Over the counted window (the run after its warm-up tenth), per
+    /// grant in that window.
+    steady: Cell,
     grants: u64,
+    counted: usize,
 }
 
 /// K tasks on one lock for `run_for` under MONITOR, after a short
@@ -189,11 +208,26 @@ async fn count_contended(
     let monitor = Monitor::start(&servers.urls[0]).await?;
     let marker = format!("bench-marker-{}", uuid::Uuid::new_v4());
     let collector = monitor.collect(marker.clone());
+    // Marks the run's counted window (after its warm-up tenth, up to its
+    // end) in the MONITOR stream, on the clock `contend` uses.
+    let start = Instant::now();
+    let mut admin = servers.admin[0].clone();
+    let window = tokio::spawn(async move {
+        for (at, open) in [(start + run_for / 10, true), (start + run_for, false)] {
+            tokio::time::sleep_until(at.into()).await;
+            let echo = redis::cmd("ECHO").arg(window_marker(&marker, open)).clone();
+            let _: String = echo.query_async(&mut admin).await?;
+        }
+        BenchResult::Ok(marker)
+    });
     let run = contend(contender, tasks, run_for, pace).await?;
+    let marker = window.await??;
     let sent = finish(servers, 0, &marker, collector).await?;
     Ok(ContendedCount {
-        sent: per_op(&sent, run.grants as usize),
+        whole: per_op(&sent.whole, run.grants as usize),
+        steady: per_op(&sent.window, run.counted),
         grants: run.grants,
+        counted: run.counted,
     })
 }
 
@@ -222,16 +256,24 @@ impl Monitor {
     /// carries `marker`, in a task of its own: reading while the commands
     /// go keeps the server's buffer for this connection small. EVALSHA is
     /// counted by the crate's script it names (`evalsha acquire`).
-    fn collect(mut self, marker: String) -> JoinHandle<BenchResult<BTreeMap<String, u64>>> {
+    /// Commands between the lines that carry [`window_marker`]`(marker,
+    /// true)` and `(marker, false)` are counted apart as well.
+    fn collect(mut self, marker: String) -> JoinHandle<BenchResult<Sent>> {
         let scripts: BTreeMap<String, &str> = protocol::scripts()
             .into_iter()
             .map(|(name, _, sha)| (sha, name))
             .collect();
+        let (open, close) = (window_marker(&marker, true), window_marker(&marker, false));
         tokio::spawn(async move {
-            let mut sent = BTreeMap::new();
+            let mut sent = Sent::default();
+            let mut in_window = false;
             // `+1700000000.123456 [0 127.0.0.1:50000] "evalsha" "<sha>" …`,
             // or `[0 lua]` for a command run by a script.
             while let Some(line) = self.lines.next_line().await? {
+                if line.contains(&open) || line.contains(&close) {
+                    in_window = line.contains(&open);
+                    continue;
+                }
                 if line.contains(&marker) {
                     return Ok(sent);
                 }
@@ -248,11 +290,26 @@ impl Monitor {
                 {
                     name = format!("evalsha {script}");
                 }
-                *sent.entry(name).or_default() += 1;
+                if in_window {
+                    *sent.window.entry(name.clone()).or_default() += 1;
+                }
+                *sent.whole.entry(name).or_default() += 1;
             }
             Err("the MONITOR connection closed".into())
         })
     }
+}
+
+/// Commands sent, by name: up to the end marker, and within the window.
+#[derive(Default)]
+struct Sent {
+    whole: BTreeMap<String, u64>,
+    window: BTreeMap<String, u64>,
+}
+
+/// The marker that opens (or closes) the counted window of `marker`'s run.
+fn window_marker(marker: &str, open: bool) -> String {
+    format!("{marker}:window-{}", if open { "open" } else { "close" })
 }
 
 /// Ends a [`Monitor::collect`] on server `node`: sends the marker, and
@@ -261,8 +318,8 @@ async fn finish(
     servers: &Servers,
     node: usize,
     marker: &str,
-    collector: JoinHandle<BenchResult<BTreeMap<String, u64>>>,
-) -> BenchResult<BTreeMap<String, u64>> {
+    collector: JoinHandle<BenchResult<Sent>>,
+) -> BenchResult<Sent> {
     let _: String = servers.query(node, redis::cmd("ECHO").arg(marker)).await?;
     tokio::time::timeout(Duration::from_secs(10), collector)
         .await
@@ -329,7 +386,7 @@ async fn count_commands(
     }
     let mut sent = BTreeMap::new();
     for (node, collector) in collectors.into_iter().enumerate() {
-        for (command, calls) in finish(servers, node, &marker, collector).await? {
+        for (command, calls) in finish(servers, node, &marker, collector).await?.whole {
             *sent.entry(command).or_default() += calls;
         }
     }
