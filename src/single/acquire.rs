@@ -44,15 +44,19 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
         let owner = self.owner();
-        let started = Instant::now();
-        let deadline = wait.map(|w| timing::deadline(started, w));
+        // The clock is read for the elapsed time only when something
+        // observes it (a deadline, metrics, a debug subscriber): this runs
+        // for every acquire.
+        let observed = cfg!(feature = "metrics") || tracing::enabled!(tracing::Level::DEBUG);
+        let started = (observed || wait.is_some()).then(Instant::now);
+        let deadline = wait.zip(started).map(|(w, s)| timing::deadline(s, w));
         let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
         async move {
             let mut first_taken = None;
             let outcome = self
                 .wait_for_grant(&owner, lease, deadline, &mut first_taken)
                 .await;
-            let elapsed = started.elapsed();
+            let elapsed = started.map(|s| s.elapsed()).unwrap_or_default();
             let elapsed_us = elapsed.as_micros() as u64;
             match &outcome {
                 Ok(Some(_)) => {

@@ -297,14 +297,15 @@ impl Lock {
         &self,
         release: impl Future<Output = Result<Released>>,
     ) -> impl Future<Output = Result<Released>> {
-        let started = Instant::now();
+        // The clock only for a subscriber that shows the elapsed time.
+        let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
         let span = tracing::debug_span!("release", lock = %self.name(), node = %self.node().addr());
         release.instrument(span.clone()).map(move |outcome| {
             let outcome = match outcome {
                 Ok(Released::NotHeld) => Err(self.not_held()),
                 other => other,
             };
-            let elapsed_us = started.elapsed().as_micros() as u64;
+            let elapsed_us = started.map_or(0, |s| s.elapsed().as_micros() as u64);
             span.in_scope(|| match &outcome {
                 Ok(released) => tracing::debug!(elapsed_us, ?released, "released"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "release failed"),
