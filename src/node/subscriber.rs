@@ -389,6 +389,8 @@ impl Shared {
     }
 
     fn on_message(&self, channel: &[u8]) {
+        // Static, for timelines (see `Conn::run`): free unless traced.
+        tracing::trace!(name: "multilock::unlock_message", "unlock message received");
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
