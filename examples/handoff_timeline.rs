@@ -41,6 +41,7 @@ use std::net::TcpStream;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::thread::ThreadId;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use multilock::testkit::{RedisProcess, TestServer, protocol};
@@ -68,18 +69,17 @@ enum What {
     Released,
 }
 
-/// Every event: wall-clock ns, what, and the tokio task it happened in.
-static EVENTS: Mutex<Vec<(u64, What, Option<Id>)>> = Mutex::new(Vec::new());
-
-fn wall_ns() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH);
-    now.expect("after 1970").as_nanos() as u64
-}
+/// Every event: wall-clock ns, what, and the task and thread it happened in.
+type Stamp = (u64, What, Option<Id>, ThreadId);
+static EVENTS: Mutex<Vec<Stamp>> = Mutex::new(Vec::new());
 
 fn record(what: What) {
-    let at = wall_ns();
-    let task = tokio::task::try_id();
-    EVENTS.lock().unwrap().push((at, what, task));
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let (task, thread) = (tokio::task::try_id(), std::thread::current().id());
+    EVENTS.lock().unwrap().push((at, what, task, thread));
 }
 
 /// Records the library's timeline events; every other callsite is disabled.
@@ -168,7 +168,7 @@ fn server_times(mut monitor: TcpStream, acquire: &str) -> std::io::Result<Server
     Ok(server)
 }
 
-/// What MONITOR saw, each sorted.
+/// What MONITOR saw, in wall-clock ns, each sorted.
 #[derive(Default)]
 struct Server {
     publishes: Vec<u64>,
@@ -196,11 +196,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
             loop {
                 let guard = Polled(Box::pin(lock.lock_with_lease(LEASE))).await?;
                 record(What::Granted);
-                let mut grant = 0;
-                grants.send_modify(|count| {
-                    *count += 1;
-                    grant = *count;
-                });
+                grants.send_modify(|count| *count += 1);
+                let grant = *grants.borrow(); // no other grant while held
                 tokio::time::sleep(HOLD).await;
                 guard.unlock().await?;
                 record(What::Released);
@@ -254,7 +251,8 @@ fn report(server: &Server) {
     events.sort_unstable_by_key(|e| e.0);
     let mut by: HashMap<(Option<Id>, What), Vec<u64>> = HashMap::new();
     let mut grants = Vec::new();
-    for &(at, what, task) in &events {
+    let thread: HashMap<u64, ThreadId> = events.iter().map(|e| (e.0, e.3)).collect();
+    for &(at, what, task, _) in &events {
         match what {
             What::Message => by.entry((None, what)).or_default().push(at),
             What::Granted => grants.push((at, task)),
@@ -295,10 +293,10 @@ fn report(server: &Server) {
      {unmatched} not woken by the release's message left out)\n",
         hand_offs.len()
     );
-    let head = ["p50", "p90", "p99", "mean", "slowest 1%"];
+    let head = ("stage", "p50", "p90", "p99", "mean", "slowest 1%");
     println!(
         "{:<54}{:>8}{:>8}{:>8}{:>8}{:>12}",
-        "stage", head[0], head[1], head[2], head[3], head[4]
+        head.0, head.1, head.2, head.3, head.4, head.5
     );
     let mut means = Vec::new();
     for (name, from, to) in STAGES {
@@ -323,6 +321,22 @@ fn report(server: &Server) {
         let total: f64 = chain.iter().map(pick).sum();
         format!("{} ({:.1} of {total:.1} µs)", best.0, pick(best))
     };
-    println!("\ndominates the mean of 1→8: {}", top(|s| s.1));
+    // The message read after the holder's reply: on the worker that read that, or the other.
+    let after = hand_offs.iter().filter(|h| h[3] > h[2]);
+    let (same, other): (Vec<_>, Vec<_>) = after.partition(|h| thread[&h[2]] == thread[&h[3]]);
+    let p50 = |v: Vec<&[u64; 10]>| {
+        let mut v: Vec<u64> = v.iter().map(|h| (h[3] - h[2]) / 1000).collect();
+        v.sort_unstable();
+        format!(
+            "{} times, {} µs after it (p50)",
+            v.len(),
+            v.get(v.len() / 2).unwrap_or(&0)
+        )
+    };
+    let (same, other) = (p50(same), p50(other));
+    println!(
+        "\nunlock message read after the holder's reply, on the worker thread that had read it: {same}; on the other worker: {other}"
+    );
+    println!("dominates the mean of 1→8: {}", top(|s| s.1));
     println!("dominates 1→8 in the slowest 1% (by gap): {}", top(|s| s.2));
 }
