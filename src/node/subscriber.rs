@@ -122,7 +122,7 @@ pub(crate) struct CheckDuty {
 }
 
 impl CheckDuty {
-    /// The check's attempt found the lock held (or took it) and left it with
+    /// The check's attempt found the lock held by another owner, with
     /// `ttl`: the waiters of this confirmation can park without trying.
     pub(crate) fn found_held(self, ttl: Option<Duration>) {
         self.end(FirstCheck::Held(ttl));

@@ -138,12 +138,10 @@ impl Lock {
                 Next::Park(ttl) => ttl,
                 Next::Attempt(duty) => {
                     let ttl = match self.attempt_by(owner, lease, bound).await? {
-                        Some(Attempt::Granted(part)) => {
-                            if let Some(duty) = duty {
-                                duty.found_held(Some(self.lease(lease)));
-                            }
-                            return Ok(Some(part));
-                        }
+                        // A grant hands the check on (the duty drops): the
+                        // next waiter's attempt tells the others, as one of
+                        // them may share this owner and re-enter.
+                        Some(Attempt::Granted(part)) => return Ok(Some(part)),
                         Some(Attempt::Taken(ttl)) => {
                             first_taken.get_or_insert_with(Instant::now);
                             if let Some(duty) = duty {
