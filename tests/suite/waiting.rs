@@ -310,20 +310,10 @@ async fn a_waiter_joining_a_subscribed_channel_tries_once_before_it_waits() {
     let server = server().await;
     let url = server.url();
     let node = node(&server);
-    let holder = client()
-        .lock(&node, "joined")
-        .unwrap()
-        .lock_with_lease(LONG_LEASE)
-        .await
-        .unwrap();
+    let holder = held_for_long(&node, "joined").await;
     let waiters = Client::new().lock(&node, "joined").unwrap();
     let before = command_calls(&url).await;
-    let wait = |lock: multilock::Lock| {
-        tokio::spawn(async move {
-            let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
-            guard.unlock().await.unwrap();
-        })
-    };
+    let wait = take_and_release_in_background;
     let sent_since = |before: HashMap<String, u64>, url: String| evalsha_since(before, url);
     let reached = |count: u64| evalsha_reach(before.clone(), url.clone(), count);
     // The first waiter: an attempt, the subscription, an attempt, parked.
@@ -369,22 +359,11 @@ async fn waiters_that_subscribe_together_share_the_attempt_after_it() {
     let server = server().await;
     let url = server.url();
     let node = node(&server);
-    let holder = client()
-        .lock(&node, "herd")
-        .unwrap()
-        .lock_with_lease(LONG_LEASE)
-        .await
-        .unwrap();
+    let holder = held_for_long(&node, "herd").await;
     let waiters = Client::new().lock(&node, "herd").unwrap();
     let before = command_calls(&url).await;
     let tasks: Vec<_> = (0..WAITERS)
-        .map(|_| {
-            let lock = waiters.clone();
-            tokio::spawn(async move {
-                let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
-                guard.unlock().await.unwrap();
-            })
-        })
+        .map(|_| take_and_release_in_background(waiters.clone()))
         .collect();
     wait_for_listeners(&url, "herd", 1).await;
     evalsha_reach(before.clone(), url.clone(), WAITERS + 1).await;
@@ -401,6 +380,25 @@ async fn waiters_that_subscribe_together_share_the_attempt_after_it() {
     for task in tasks {
         tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
     }
+}
+
+/// `name` on `node`, held by another client with [`LONG_LEASE`].
+async fn held_for_long(node: &multilock::Node, name: &str) -> multilock::Guard {
+    client()
+        .lock(node, name)
+        .unwrap()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap()
+}
+
+/// A task that waits for `lock`, takes it with [`LONG_LEASE`] (no
+/// renewals) and releases it.
+fn take_and_release_in_background(lock: multilock::Lock) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+        guard.unlock().await.unwrap();
+    })
 }
 
 /// EVALSHA calls the server ran since `before`.
