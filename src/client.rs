@@ -54,8 +54,9 @@ pub struct ClientBuilder {
 impl ClientBuilder {
     /// The lease of locks taken without one, renewed every third of it while
     /// held (default [`DEFAULT_WATCHDOG_TIMEOUT`], 30 s). If the process
-    /// dies, its locks expire after at most this long. From 3 ms to
-    /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
+    /// dies, its locks expire after at most this long. From
+    /// [`MIN_LEASE`](crate::MIN_LEASE) to [`MAX_LEASE`](crate::MAX_LEASE);
+    /// `build()` checks.
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -83,23 +84,15 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] when the watchdog timeout is under 3 ms
-    /// (its third is the renewal period, in whole milliseconds) or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE), or the maximum hold time is out of
-    /// bounds.
+    /// [`Error::InvalidArgument`] when the watchdog timeout is under
+    /// [`MIN_LEASE`](crate::MIN_LEASE) or over [`MAX_LEASE`](crate::MAX_LEASE),
+    /// or the maximum hold time is out of bounds.
     pub fn build(self) -> Result<Client> {
-        if self.watchdog_timeout < Duration::from_millis(3) {
-            return Err(Error::invalid(
-                "watchdog timeout must be at least 3 ms (it is renewed every third of it)",
-            ));
-        }
-        if self.watchdog_timeout > crate::timing::MAX_LEASE {
-            return Err(Error::invalid(
-                "watchdog timeout must be at most ten years (MAX_LEASE)",
-            ));
-        }
+        // The watchdog timeout is the lease of every hold it renews.
+        crate::timing::check_lease(self.watchdog_timeout)
+            .map_err(|err| Error::invalid(format!("watchdog timeout: {err}")))?;
         if let Some(max_hold) = self.max_hold {
-            crate::timing::check_lease(max_hold)?;
+            crate::timing::check_max_hold(max_hold)?;
         }
         Ok(Client {
             core: ClientCore::new(

@@ -56,7 +56,7 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
 
     /// As [`DistributedLock::lock`], with a fixed lease and no renewal.
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease
-    /// under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE).
+    /// under [`MIN_LEASE`](crate::MIN_LEASE) or over [`MAX_LEASE`](crate::MAX_LEASE).
     fn lock_with_lease(&self, lease: Duration) -> impl Future<Output = Result<Guard>> + Send;
 
     /// One attempt (one round on every node), no waiting; `None` when

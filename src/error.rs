@@ -25,8 +25,10 @@ pub enum Error {
     NotHeld {
         /// The lock's name.
         lock: String,
-        /// The node it was released on.
-        node: String,
+        /// The nodes where it was not held: the lock's one node for a
+        /// single-node lock; for a quorum lock, every node that said so
+        /// (with those that released, they made a quorum).
+        nodes: Vec<String>,
     },
     /// A node could not be reached, or did not answer in time.
     NodeUnavailable {
@@ -202,9 +204,14 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
-            Error::NotHeld { lock, node } => {
-                write!(f, "lock {lock:?} is not held by this owner on node {node}")
-            }
+            Error::NotHeld { lock, nodes } => match nodes.as_slice() {
+                [node] => write!(f, "lock {lock:?} is not held by this owner on node {node}"),
+                nodes => write!(
+                    f,
+                    "lock {lock:?} is not held by this owner on nodes [{}]",
+                    nodes.join(", ")
+                ),
+            },
             Error::NodeUnavailable { node, reason, .. } => {
                 let why = match reason {
                     Unavailable::Refused => "connection refused or failed",

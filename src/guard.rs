@@ -244,15 +244,15 @@ impl Guard {
                     node: node.clone(),
                     cause: FailureCause::Failed(Error::NotHeld {
                         lock: self.name.to_string(),
-                        node: node.clone(),
+                        nodes: vec![node.clone()],
                     }),
                 });
             }
         }
-        let not_held: Vec<&str> = failures
+        let not_held: Vec<String> = failures
             .iter()
             .filter(|f| matches!(f.cause, FailureCause::Failed(Error::NotHeld { .. })))
-            .map(|f| f.node.as_str())
+            .map(|f| f.node.clone())
             .collect();
         // The nodes that answered make a quorum, and some of them said the
         // lock was not held there: it was not held on a quorum when it was
@@ -261,7 +261,7 @@ impl Guard {
         if !not_held.is_empty() && released.len() + not_held.len() >= required {
             return Err(Error::NotHeld {
                 lock: self.name.to_string(),
-                node: not_held.join(", "),
+                nodes: not_held,
             });
         }
         Err(Error::NoQuorum(QuorumError {
@@ -328,7 +328,7 @@ impl Guard {
                 nodes,
             } => ((*node_timeout).min(lease / 10), *required, nodes.len()),
         };
-        timing::check_quorum_lease(lease)?;
+        timing::check_lease(lease)?;
         let started = Instant::now();
         let results = futures::future::join_all(views.iter().map(|part| async move {
             let extended = tokio::time::timeout(node_timeout, part.extend(lease)).await;

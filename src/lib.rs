@@ -40,4 +40,4 @@ pub use quorum::{
     All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,
 };
 pub use single::{Lock, MAX_REPLICA_SYNC_TIMEOUT};
-pub use timing::MAX_LEASE;
+pub use timing::{MAX_LEASE, MIN_LEASE};

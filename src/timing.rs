@@ -18,6 +18,13 @@ use crate::error::{Error, Result};
 /// a TTL in milliseconds overflows what Redis can set.
 pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// The shortest lease or watchdog timeout accepted: 10 ms. A grant is
+/// proof of holding only while its TTL surely runs, which is the lease
+/// less the clock drift allowance (1 % + 2 ms) and the round trip that
+/// granted it; a shorter lease would leave a guard valid for a fraction of
+/// a millisecond, or for no time at all.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// How long an acquire whose reply nobody received may still be rolled
 /// back: its hold latch (which tells the rollback whether it was applied)
 /// lives this long at most, and the rollback gives up after it.
@@ -30,10 +37,15 @@ pub(crate) fn hold_latch_ttl(lease: Duration) -> Duration {
     lease.min(ROLLBACK_WINDOW)
 }
 
-/// Checks a lease given by the caller: from 1 ms to [`MAX_LEASE`].
+/// Checks a lease (or watchdog timeout) given by the caller: from
+/// [`MIN_LEASE`] to [`MAX_LEASE`], for every lock type alike.
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease < Duration::from_millis(1) {
-        return Err(Error::invalid("lease must be at least 1 ms"));
+    if lease < MIN_LEASE {
+        return Err(Error::invalid(format!(
+            "a lease of {lease:?} is under the minimum of {MIN_LEASE:?} (MIN_LEASE): \
+             the clock drift allowance alone is {:?}, so a guard would be valid for next to no time",
+            drift(lease)
+        )));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid(
@@ -43,15 +55,12 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Checks the lease of a multi-node lock: as [`check_lease`], and long
-/// enough to ever be valid (more than the drift allowance alone, 1 % + 2 ms).
-pub(crate) fn check_quorum_lease(lease: Duration) -> Result<()> {
-    check_lease(lease)?;
-    if validity(lease, Duration::ZERO).is_none() {
-        return Err(Error::invalid(format!(
-            "a lease of {lease:?} can never be valid: the clock drift allowance alone is {:?}",
-            drift(lease)
-        )));
+/// Checks a maximum hold time: from 1 ms to [`MAX_LEASE`].
+pub(crate) fn check_max_hold(max_hold: Duration) -> Result<()> {
+    if max_hold < Duration::from_millis(1) || max_hold > MAX_LEASE {
+        return Err(Error::invalid(
+            "maximum hold time must be from 1 ms to ten years (MAX_LEASE)",
+        ));
     }
     Ok(())
 }
@@ -122,17 +131,18 @@ mod tests {
     #[test]
     fn leases_are_bounded() {
         assert!(check_lease(Duration::ZERO).is_err());
-        assert!(check_lease(Duration::from_micros(999)).is_err());
-        assert!(check_lease(Duration::from_millis(1)).is_ok());
+        assert!(check_lease(Duration::from_millis(1)).is_err());
+        assert!(check_lease(MIN_LEASE - Duration::from_micros(1)).is_err());
+        assert!(check_lease(MIN_LEASE).is_ok());
         assert!(check_lease(MAX_LEASE).is_ok());
         assert!(check_lease(MAX_LEASE + Duration::from_millis(1)).is_err());
+        assert!(check_max_hold(Duration::from_millis(1)).is_ok());
+        assert!(check_max_hold(Duration::ZERO).is_err());
     }
 
     #[test]
-    fn quorum_leases_must_outlast_the_drift() {
-        assert!(check_quorum_lease(Duration::from_millis(1)).is_err());
-        assert!(check_quorum_lease(Duration::from_millis(2)).is_err());
-        assert!(check_quorum_lease(Duration::from_millis(3)).is_ok());
+    fn the_minimum_lease_outlasts_the_drift() {
+        assert!(validity(MIN_LEASE, Duration::from_millis(5)).is_some());
     }
 
     #[test]

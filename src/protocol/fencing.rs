@@ -42,6 +42,9 @@ pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(R
 pub(super) const RAISE_TOKEN_LUA: &str = r#"
 local before = redis.call('get', KEYS[1])
 local wanted = tonumber(ARGV[1])
+if before and not (string.match(before, '^%d+$') and #before < 19) then
+    return redis.error_reply('ERR the fencing counter ' .. KEYS[1] .. ' is not a counter')
+end
 if before == false then
     if ARGV[2] ~= '1' then
         return {-1, 0}

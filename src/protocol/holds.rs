@@ -26,9 +26,13 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 ///
 /// Grants when the key is absent or holds the field. A grant never shortens
 /// the key's TTL: it extends it to the lease only when less is left. The
-/// hold latch (`SET NX`) marks the request as applied for its rollback; if a
-/// rollback of this request ran first, the latch exists and the request is
-/// refused.
+/// hold latch marks the request as applied for its rollback; if a rollback
+/// of this request ran first, the latch exists and the request is refused.
+///
+/// Every read and check comes before the first write, and the first write
+/// (HINCRBY) is the only one that can fail: Redis keeps what a script wrote
+/// before an error, so a key of the wrong type, a count or a counter that
+/// is no integer is refused with nothing changed.
 ///
 /// Reply: `{0, pttl}` taken; `{1, ttl after, count after, token or -1}`
 /// granted; `{-1}` cancelled by a rollback that came first.
@@ -37,10 +41,18 @@ pub(super) const ACQUIRE_LUA: &str = r#"
 if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {0, redis.call('pttl', KEYS[1])}
 end
-if not redis.call('set', KEYS[2], 'granted', 'nx', 'px', ARGV[3]) then
+if redis.call('get', KEYS[2]) then
     return {-1}
 end
+local fenced = ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('exists', KEYS[3]) == 1)
+if fenced then
+    local counter = redis.call('get', KEYS[3])
+    if counter and not (string.match(counter, '^%d+$') and #counter < 19) then
+        return redis.error_reply('ERR the fencing counter ' .. KEYS[3] .. ' is not a counter')
+    end
+end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('set', KEYS[2], 'granted', 'px', ARGV[3])
 local lease = tonumber(ARGV[1])
 local ttl = redis.call('pttl', KEYS[1])
 if ttl < lease then
@@ -48,7 +60,7 @@ if ttl < lease then
     ttl = lease
 end
 local token = -1
-if ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('exists', KEYS[3]) == 1) then
+if fenced then
     token = redis.call('incr', KEYS[3])
 end
 return {1, ttl, count, token}
@@ -98,6 +110,9 @@ pub(crate) fn acquire(
 /// latch), so a retried release returns the first result. A release that
 /// leaves the count above zero does not touch the TTL: the holds left keep
 /// what they were granted.
+///
+/// Reads come first, and the first write (HINCRBY) is the only one that can
+/// fail, so a failed release changes nothing.
 ///
 /// Reply: the latched result when this release already ran; nil when the
 /// field is absent (not the holder); 0 when the count is still above zero;
@@ -152,12 +167,18 @@ pub(crate) fn release(keys: &LockKeys, field: &str, hold_id: &str) -> Call<Relea
 /// Either way the latch becomes a tombstone (`cancelled`), which refuses the
 /// request if it arrives later and makes a retried rollback do nothing.
 ///
+/// Reads and checks come first (a failed rollback changes nothing).
+///
 /// Reply: nil when nothing was undone; 0 or 1 as for a release.
 pub(super) static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(ROLLBACK_LUA));
 pub(super) const ROLLBACK_LUA: &str = r#"
 local latch = redis.call('get', KEYS[3])
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if count and not tonumber(count) then
+    return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
+end
 redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
-if latch ~= 'granted' or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if latch ~= 'granted' or not count then
     return nil
 end
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
@@ -192,9 +213,10 @@ pub(crate) fn rollback(
 
 /// KEYS[i] lock key i. ARGV[1] lease (ms), ARGV[i+1] field i.
 ///
-/// Each key on its own: a key that is not a hash (WRONGTYPE) counts as gone
-/// for its hold and does not stop the others (`redis.pcall`). A renewal
-/// never shortens a TTL that another hold made longer.
+/// Each key on its own: a key that is not a hash (WRONGTYPE), or whose
+/// field is no count, counts as gone for its hold, is left as it is, and
+/// does not stop the others (`redis.pcall`). A renewal never shortens a TTL
+/// that another hold made longer.
 ///
 /// Reply: one integer per key, 1 when renewed, 0 when the hold is gone.
 pub(super) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_BATCH_LUA));
@@ -202,8 +224,8 @@ pub(super) const RENEW_BATCH_LUA: &str = r#"
 local lease = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
-    local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
-    if held == 1 then
+    local count = redis.pcall('hget', KEYS[i], ARGV[i + 1])
+    if type(count) == 'string' and tonumber(count) then
         if redis.call('pttl', KEYS[i]) < lease then
             redis.call('pexpire', KEYS[i], lease)
         end
@@ -269,14 +291,20 @@ pub(crate) fn extend(keys: &LockKeys, field: &str, lease: Duration) -> Call<Opti
 // Force unlock
 
 /// KEYS[1] lock key, KEYS[2] channel. ARGV[1] unlock message.
+/// A key that is not a hash is not a lock: refused (WRONGTYPE), not deleted.
 /// Reply: 1 when the key existed (and `0` was published), else 0.
 pub(super) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
 pub(super) const FORCE_UNLOCK_LUA: &str = r#"
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call('publish', KEYS[2], ARGV[1])
-    return 1
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+    return 0
 end
-return 0
+if kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1
 "#;
 
 /// Delete the lock whoever holds it and wake its waiters. Reply: whether it

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::owner::Owner;
 use crate::single::Lock;
-use crate::timing::check_quorum_lease;
+use crate::timing::check_lease;
 
 /// Default per-node timeout of one acquire request in a multi-node lock.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -273,8 +273,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease over [`MAX_LEASE`](crate::MAX_LEASE), or
-    /// too short to ever be valid (at most the drift allowance, 1 % + 2 ms);
+    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE)
+    /// or over [`MAX_LEASE`](crate::MAX_LEASE);
     /// [`Error::NoQuorum`] when nodes refuse for good (a wrong password, an
     /// ACL refusal, the key holding another type) on too many nodes to reach
     /// the quorum. Other node failures are retried.
@@ -283,7 +283,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// As [`QuorumLock::lock`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard> {
-        check_quorum_lease(lease)?;
+        check_lease(lease)?;
         self.acquire_until_granted(Some(lease)).await
     }
 
@@ -348,8 +348,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease over [`MAX_LEASE`](crate::MAX_LEASE), or
-    /// too short to ever be valid (at most the drift allowance, 1 % + 2 ms);
+    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE)
+    /// or over [`MAX_LEASE`](crate::MAX_LEASE);
     /// [`Error::NoQuorum`] when nodes refuse for good (a wrong password, an
     /// ACL refusal, the key holding another type) on too many nodes to reach
     /// the quorum. Other node failures are retried. [`Error::NoQuorum`]
@@ -365,7 +365,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
         if let Some(lease) = lease {
-            check_quorum_lease(lease)?;
+            check_lease(lease)?;
         }
         self.acquire(wait, lease).await
     }

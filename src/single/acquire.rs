@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{HeldPart, Lock};
-use crate::error::{Error, Result, Unavailable};
+use crate::error::{Error, Result};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
 use crate::metrics;
@@ -86,8 +86,14 @@ impl Lock {
     /// subscribing (a contended acquisition costs one failed attempt, not
     /// two). Waiters that subscribe together share the attempt after the
     /// confirmation: one of them sends it, and if it finds the lock held the
-    /// others park without trying. With a deadline, every attempt ends by it: a node that does not
-    /// answer cannot stretch the wait by its connect and reply timeouts.
+    /// others park without trying. With a deadline, every attempt ends by
+    /// it: a node that does not answer cannot stretch the wait by its
+    /// connect and reply timeouts. An attempt cut off by the deadline is
+    /// "not acquired within the wait", never a node failure: only the
+    /// node's own timeouts judge the node (the attempt goes on in the
+    /// background, and a reply that never comes marks the node suspect
+    /// there), so a caller's short wait on a busy machine cannot make a
+    /// healthy node look down.
     /// `first_taken`: set when an attempt first finds the lock held by
     /// someone else (the wait that follows is measured from there).
     async fn wait_for_grant(
@@ -101,35 +107,34 @@ impl Lock {
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
-        // `answered`: the node answered an attempt of this wait. `first`:
-        // what the loop's first pass does.
-        let (subscription, mut bound, mut answered, mut first) =
-            match self.inner.node.join_subscription(channel) {
-                Some(subscription) => (subscription, first_bound, false, Next::Attempt(None)),
-                None => {
-                    match self.attempt_by(owner, lease, first_bound).await? {
-                        Some(Attempt::Granted(part)) => return Ok(Some(part)),
-                        Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
-                        Some(Attempt::Expired) => {}
-                        None => return Err(self.no_answer()),
-                    }
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(None);
-                    }
-                    // Subscribe before the next attempt: a release between that
-                    // attempt and the wait below is then a message we receive.
-                    let patience = deadline.map_or(Duration::MAX, |d| {
-                        d.saturating_duration_since(Instant::now())
-                    });
-                    let subscription = self.inner.node.subscribe(channel, patience).await;
-                    // Waiters that subscribed together share that attempt.
-                    let first = subscription.first_check(deadline).await;
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(None);
-                    }
-                    (subscription, deadline, true, first)
+        // `first`: what the loop's first pass does.
+        let (subscription, mut bound, mut first) = match self.inner.node.join_subscription(channel)
+        {
+            Some(subscription) => (subscription, first_bound, Next::Attempt(None)),
+            None => {
+                match self.attempt_by(owner, lease, first_bound).await? {
+                    Some(Attempt::Granted(part)) => return Ok(Some(part)),
+                    Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
+                    Some(Attempt::Expired) => {}
+                    None => return Ok(None),
                 }
-            };
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+                // Subscribe before the next attempt: a release between that
+                // attempt and the wait below is then a message we receive.
+                let patience = deadline.map_or(Duration::MAX, |d| {
+                    d.saturating_duration_since(Instant::now())
+                });
+                let subscription = self.inner.node.subscribe(channel, patience).await;
+                // Waiters that subscribed together share that attempt.
+                let first = subscription.first_check(deadline).await;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+                (subscription, deadline, first)
+            }
+        };
         loop {
             let woken = subscription.wake().notified();
             tokio::pin!(woken);
@@ -150,13 +155,9 @@ impl Lock {
                             ttl
                         }
                         Some(Attempt::Expired) => Some(Duration::ZERO),
-                        // The node never answered within the whole wait.
-                        None if !answered => return Err(self.no_answer()),
-                        // The wait ran out with this attempt in flight; the node
-                        // answered before (taken), so: not acquired within the wait.
+                        // The wait ran out with this attempt in flight.
                         None => return Ok(None),
                     };
-                    answered = true;
                     bound = deadline;
                     ttl
                 }
@@ -190,15 +191,6 @@ impl Lock {
         match tokio::time::timeout_at(deadline, self.attempt(owner, lease)).await {
             Ok(attempt) => attempt.map(Some),
             Err(_) => Ok(None),
-        }
-    }
-
-    /// The node did not answer within the whole wait.
-    fn no_answer(&self) -> Error {
-        Error::NodeUnavailable {
-            node: self.inner.node.addr().to_owned(),
-            reason: Unavailable::Timeout,
-            source: None,
         }
     }
 

@@ -317,7 +317,7 @@ impl Lock {
     pub(crate) fn not_held(&self) -> Error {
         Error::NotHeld {
             lock: self.name().to_owned(),
-            node: self.node().addr().to_owned(),
+            nodes: vec![self.node().addr().to_owned()],
         }
     }
 }

@@ -258,7 +258,7 @@ impl Lock {
     /// ```
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_max_hold(&self, max_hold: Duration) -> Result<Lock> {
-        check_lease(max_hold)?;
+        timing::check_max_hold(max_hold)?;
         Ok(self.rebuilt(|inner| inner.max_hold = Some(max_hold)))
     }
 
@@ -358,7 +358,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
+    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
     /// [`Lock::lock`].
     ///
     /// # Cancel safety
@@ -423,7 +424,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a lease under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
+    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
     /// [`Lock::lock`].
     ///
     /// # Cancel safety

@@ -102,6 +102,32 @@ pub fn acquire_fenced(
     ))
 }
 
+/// The acquire of one part of a fenced multi-node lock: the counter is
+/// INCRed only where it exists (the quorum lock settles the token). Reply
+/// as [`acquire_fenced`].
+pub fn acquire_quorum_fenced(
+    name: &str,
+    field: &str,
+    lease: Duration,
+    hold_id: &str,
+) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(wire::acquire(
+        &keys,
+        field,
+        lease,
+        hold_id,
+        timing::hold_latch_ttl(lease),
+        Fencing::Quorum,
+    ))
+}
+
+/// The extend script call: `field`'s hold of `name` lives at least `lease`
+/// from now. Reply: the TTL after, or -1 when `field` does not hold it.
+pub fn extend(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
+    script(wire::extend(&LockKeys::new(name), field, lease))
+}
+
 /// The release script call of hold `hold_id`. Reply: nil (not held), 0
 /// (still held) or 1 (deleted and published); a retry returns the first
 /// result.

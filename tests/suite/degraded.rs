@@ -294,10 +294,10 @@ async fn an_expired_red_lock_unlocks_as_not_held() {
         wait_absent(&s.url(), NAME, PATIENCE, "the lease ran out").await;
     }
     match guard.unlock().await {
-        Err(Error::NotHeld { lock, node }) => {
+        Err(Error::NotHeld { lock, nodes }) => {
             assert_eq!(lock, NAME);
             for s in &servers {
-                assert!(node.contains(&addr(s)), "{node}");
+                assert!(nodes.contains(&addr(s)), "{nodes:?}");
             }
         }
         other => panic!("expected NotHeld, got {other:?}"),

@@ -127,9 +127,9 @@ async fn unlock_by_a_non_holder_is_typed() {
         .await
         .unwrap();
     match guard.unlock().await {
-        Err(Error::NotHeld { lock, node }) => {
+        Err(Error::NotHeld { lock, nodes }) => {
             assert_eq!(lock, "mine");
-            assert_eq!(node, addr(&server));
+            assert_eq!(nodes, vec![addr(&server)]);
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }

@@ -562,9 +562,9 @@ async fn lost_fires_below_quorum_only() {
     // Unlock releases what is left and reports what a single-node lock
     // would: not held (on a majority), naming the nodes where it was gone.
     match guard.unlock().await {
-        Err(Error::NotHeld { node, .. }) => {
+        Err(Error::NotHeld { nodes, .. }) => {
             for s in &servers[..3] {
-                assert!(node.contains(&addr(s)), "{} named in {node}", addr(s));
+                assert!(nodes.contains(&addr(s)), "{} named in {nodes:?}", addr(s));
             }
         }
         other => panic!("expected NotHeld, got {other:?}"),
