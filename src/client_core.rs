@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::fencing::FenceBook;
 use crate::watchdog::Watchdogs;
 
 /// The shared state of one client.
@@ -17,6 +18,9 @@ pub(crate) struct ClientCore {
     /// How long a lock may be held by renewal alone, unless a lock says
     /// otherwise; `None`: for as long as its guard lives.
     pub(crate) max_hold: Option<Duration>,
+    /// What the client knows of the fencing counters of its multi-node
+    /// locks.
+    pub(crate) fencing: Arc<FenceBook>,
 }
 
 impl ClientCore {
@@ -29,6 +33,7 @@ impl ClientCore {
             id,
             watchdogs: Watchdogs::new(watchdog_timeout),
             max_hold,
+            fencing: Arc::default(),
         })
     }
 

@@ -7,6 +7,7 @@ mod client;
 mod client_core;
 mod distributed_lock;
 mod error;
+mod fencing;
 mod finish_on_drop;
 mod guard;
 mod metrics;

@@ -111,6 +111,19 @@ pub(crate) fn millis(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
 
+/// The wall-clock floor of a token that no counter can prove: microseconds
+/// since the Unix epoch. Tokens are counters that go up by one per grant,
+/// so no token handed out before a floor was taken exceeds it unless a
+/// name was granted more than once per microsecond since the last floor,
+/// or the clocks of the clients disagree by more than the time since the
+/// last floor was taken (about 1.8e15 in 2026, far below `i64::MAX`).
+pub(crate) fn token_floor() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
 //! The faults: one task per group of nodes pauses (SIGSTOP), resumes
 //! (SIGCONT), kills (SIGKILL) and restarts (empty) its nodes at random,
-//! never impairing more than its limit at once.
+//! never impairing more than its limit at once. In a `rolling` run a
+//! restarted node stays impaired until the clients repaired its fencing
+//! counters.
 
 use std::fmt;
 use std::io;
@@ -13,7 +15,7 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
 
-use crate::LEASE;
+use crate::REPAIR_LIMIT;
 
 /// When a killed node comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub enum Restarts {
     Delayed,
     /// At once, empty: the documented two-holder case for a RedLock.
     Immediate,
+    /// A little after the (short) lease, up to two down at once, and
+    /// impaired until repaired: fencing counters lost over and over.
+    Rolling,
 }
 
 impl fmt::Display for Restarts {
@@ -30,6 +35,7 @@ impl fmt::Display for Restarts {
         f.write_str(match self {
             Restarts::Delayed => "delayed",
             Restarts::Immediate => "immediate",
+            Restarts::Rolling => "rolling",
         })
     }
 }
@@ -46,15 +52,41 @@ pub struct ChaosCounts {
     pub down: Option<(Duration, Duration)>,
     /// Time with at least one node of the group down (killed), until the stop.
     pub time_with_a_node_down: Duration,
+    /// Restarted nodes whose fencing counters were repaired, and the
+    /// shortest and longest wait for it after the restart (`rolling`).
+    pub repaired: u64,
+    pub repair_time: Option<(Duration, Duration)>,
+    /// Repairs still not done [`REPAIR_LIMIT`] after the restart.
+    pub repairs_overdue: u64,
 }
 
 /// A node's state, as the chaos left it.
 #[derive(Debug, Clone, Copy)]
 enum State {
     Up,
-    Paused { until: Instant },
-    Down { since: Instant, until: Instant },
+    Paused {
+        until: Instant,
+    },
+    Down {
+        since: Instant,
+        until: Instant,
+    },
+    /// Restarted, its fencing counters not yet all repaired (by every
+    /// client: `repaired` is when they were back, see [`REPAIR_GRACE`]).
+    Repairing {
+        since: Instant,
+        overdue: bool,
+        repaired: Option<Instant>,
+    },
 }
+
+/// How often a node awaiting repair is checked.
+const REPAIR_POLL: Duration = Duration::from_millis(20);
+/// How long after its counters are back a restarted node still counts as
+/// impaired: each client trusts a restarted node only once it noticed the
+/// restart itself (its watch reconnects within 0.25 s) and repaired it (a
+/// few ms), so the first repair, seen here, is not every client's.
+const REPAIR_GRACE: Duration = Duration::from_millis(500);
 
 /// The nodes of one lock kind and how the chaos treats them.
 pub struct Group {
@@ -63,6 +95,13 @@ pub struct Group {
     /// At most this many nodes paused or down at once.
     max_impaired: usize,
     restarts: Restarts,
+    /// The lease in use: a killed node stays down longer.
+    lease: Duration,
+    /// At most this many nodes down (killed) at once.
+    max_down: usize,
+    /// Fenced names whose counters a restarted node must have again before
+    /// it counts as healed (empty: healed once restarted).
+    fenced_names: Vec<String>,
     /// Chance that an action is a kill rather than a pause.
     kill_chance: f64,
     /// Time between two actions, in ms.
@@ -76,6 +115,7 @@ impl Group {
         servers: Vec<RedisProcess>,
         max_impaired: usize,
         restarts: Restarts,
+        lease: Duration,
         kill_chance: f64,
         gap_ms: Range<u64>,
     ) -> Group {
@@ -84,6 +124,9 @@ impl Group {
             servers,
             max_impaired,
             restarts,
+            lease,
+            max_down: if restarts == Restarts::Rolling { 2 } else { 1 },
+            fenced_names: Vec::new(),
             kill_chance,
             gap_ms,
             counts: Arc::new(Mutex::new(ChaosCounts {
@@ -91,6 +134,12 @@ impl Group {
                 ..ChaosCounts::default()
             })),
         }
+    }
+
+    /// From now on a restarted node counts as impaired until every one of
+    /// `names` that has a fencing counter on a live node has one on it too.
+    pub fn await_repairs(&mut self, names: Vec<String>) {
+        self.fenced_names = names;
     }
 
     /// The counts, shared with the task that runs the group.
@@ -129,6 +178,7 @@ impl Group {
                 .filter_map(|s| match s {
                     State::Up => None,
                     State::Paused { until } | State::Down { until, .. } => Some(*until),
+                    State::Repairing { .. } => Some(now + REPAIR_POLL),
                 })
                 .fold(next_action, Instant::min);
             tokio::select! {
@@ -168,11 +218,14 @@ impl Group {
             .collect();
         let node = up[rng.random_range(0..up.len())];
         let now = Instant::now();
-        if rng.random_bool(self.kill_chance) && down == 0 {
+        if rng.random_bool(self.kill_chance) && down < self.max_down {
             self.servers[node].kill().await?;
             self.count(|c| c.kills += 1);
             let delay = match self.restarts {
-                Restarts::Delayed => LEASE + Duration::from_millis(rng.random_range(1_000..3_000)),
+                Restarts::Delayed => {
+                    self.lease + Duration::from_millis(rng.random_range(1_000..3_000))
+                }
+                Restarts::Rolling => self.lease + Duration::from_millis(rng.random_range(200..800)),
                 Restarts::Immediate => Duration::ZERO,
             };
             self.states[node] = State::Down {
@@ -196,7 +249,15 @@ impl Group {
             return Ok(());
         };
         self.servers[node].restart().await?;
-        self.states[node] = State::Up;
+        self.states[node] = if self.fenced_names.is_empty() {
+            State::Up
+        } else {
+            State::Repairing {
+                since: Instant::now(),
+                overdue: false,
+                repaired: None,
+            }
+        };
         let down = since.elapsed();
         self.count(|c| {
             c.restarts += 1;
@@ -219,20 +280,77 @@ impl Group {
                     self.count(|c| c.resumes += 1);
                 }
                 State::Down { until, .. } if until <= now => self.restart(node).await?,
+                State::Repairing {
+                    repaired: Some(at), ..
+                } if at.elapsed() >= REPAIR_GRACE => self.states[node] = State::Up,
+                State::Repairing {
+                    repaired: Some(_), ..
+                } => {}
+                State::Repairing { since, overdue, .. } => {
+                    self.check_repair(node, since, overdue).await
+                }
                 _ => {}
             }
         }
         Ok(())
     }
 
+    /// A restarted node is healed once its fencing counters are back: every
+    /// fenced name with a counter on another node that is up has one here.
+    async fn check_repair(&mut self, node: usize, since: Instant, overdue: bool) {
+        let mut repaired = true;
+        for name in &self.fenced_names {
+            if counter_exists(&self.servers[node], name).await {
+                continue;
+            }
+            let mut elsewhere = false;
+            for other in 0..self.servers.len() {
+                if other != node && matches!(self.states[other], State::Up) {
+                    elsewhere |= counter_exists(&self.servers[other], name).await;
+                }
+            }
+            if elsewhere {
+                repaired = false;
+                break;
+            }
+        }
+        let waited = since.elapsed();
+        if repaired {
+            self.states[node] = State::Repairing {
+                since,
+                overdue,
+                repaired: Some(Instant::now()),
+            };
+            self.count(|c| {
+                c.repaired += 1;
+                c.repair_time = Some(match c.repair_time {
+                    None => (waited, waited),
+                    Some((lo, hi)) => (lo.min(waited), hi.max(waited)),
+                });
+            });
+        } else if waited > REPAIR_LIMIT && !overdue {
+            self.states[node] = State::Repairing {
+                since,
+                overdue: true,
+                repaired: None,
+            };
+            self.count(|c| c.repairs_overdue += 1);
+        }
+    }
+
     /// Resumes every paused node now and restarts every killed one once
     /// its delay is over (the remedy holds to the end).
     async fn heal_all(mut self) -> io::Result<Vec<RedisProcess>> {
         for node in 0..self.states.len() {
-            if let State::Paused { .. } = self.states[node] {
-                self.states[node] = State::Paused {
-                    until: Instant::now(),
-                };
+            match self.states[node] {
+                State::Paused { .. } => {
+                    self.states[node] = State::Paused {
+                        until: Instant::now(),
+                    };
+                }
+                // Nothing left to heal: the repair is the clients' work.
+                State::Repairing { .. } => self.states[node] = State::Up,
+                _ => {}
             }
         }
         loop {
@@ -252,4 +370,22 @@ impl Group {
             tokio::time::sleep_until(wake.into()).await;
         }
     }
+}
+
+/// Whether the fencing counter of `name` exists on `server` (a node that
+/// does not answer has none to offer).
+async fn counter_exists(server: &RedisProcess, name: &str) -> bool {
+    let key = multilock::testkit::protocol::token_key(name);
+    let exists = async {
+        let client = redis::Client::open(server.url())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async::<bool>(&mut conn)
+            .await
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), exists).await,
+        Ok(Ok(true))
+    )
 }

@@ -7,13 +7,14 @@
 //! cargo run --example history_checker                         # 30 s, delayed restarts
 //! cargo run --example history_checker -- --secs 600           # 10 minutes
 //! cargo run --example history_checker -- --restarts immediate # the known limit, shown
+//! cargo run --example history_checker -- --restarts rolling   # fencing across restarts
 //! cargo run --example history_checker -- --seed 42 --plant    # a planted violation, caught
 //! ```
 //!
 //! Options:
 //! - `--secs N`: how long the chaos runs (default 30); then everything is
 //!   healed, every task finishes, and the nodes are checked for lock keys.
-//! - `--restarts delayed|immediate` (default `delayed`): a killed node comes
+//! - `--restarts delayed|immediate|rolling` (default `delayed`): a killed node comes
 //!   back empty after more than the longest lease and watchdog timeout in use
 //!   (10 s), the documented remedy for "a node restarts empty"; or at once,
 //!   which the README documents as unsafe: a RedLock node that forgets its
@@ -24,6 +25,18 @@
 //!   empty forgets its fencing counter too, and over a run most nodes do)
 //!   is reported as the same known limit; a lock key left over is still a
 //!   finding.
+//!
+//!   `rolling` is the fencing run: 3 clients x 6 tasks take fenced RedLocks
+//!   on 4 names (no MultiLocks), with a 2 s lease and watchdog; RedLock
+//!   nodes are killed about every 3 s and come back empty (no persistence:
+//!   their fencing counters are gone) 2.2–2.8 s later, up to two down at
+//!   once. A restarted node counts as impaired until the clients have
+//!   repaired its counters (every fenced name that has a counter on a live
+//!   node has one there again, and 0.5 s more: each client trusts the node
+//!   once it repaired it itself); at most 2 of the 5 are impaired at once,
+//!   so a quorum of intact counters always lives. The run also fails when a
+//!   name sits free for more than 3 s without a fenced grant, or a repair
+//!   takes more than 10 s.
 //! - `--seed N`: fixes every random choice (chaos schedule, lock names, hold
 //!   lengths, cancellation points); the interleaving with real time still
 //!   varies from run to run. Default: a random seed, printed.
@@ -58,7 +71,8 @@
 //! nodes), SIGSTOP then SIGCONT 0.2–2.5 s later, or SIGKILL with a restart
 //! (delayed: 11–13 s later, at most one node down per group at a time;
 //! immediate: at once, and then kills are more frequent since each impairs
-//! a node for only a tenth of a second). MultiLock nodes get the same
+//! a node for only a tenth of a second; rolling: 2.2–2.8 s later, two down
+//! at most, and impaired until repaired). MultiLock nodes get the same
 //! faults, kills rarer: a MultiLock is unavailable while one of its nodes
 //! is down (its acquisitions are reported anyway, and the share of the run
 //! it had a node down). One empty restart cannot give a MultiLock two
@@ -83,13 +97,14 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
 
-use crate::chaos::{Group, Restarts};
+use crate::chaos::{ChaosCounts, Group, Restarts};
 use crate::report::Verdict;
 use crate::workers::{Kind, Shared, Stats};
 
 /// The fixed lease of every lock taken with one, and the watchdog timeout
 /// of every client: leases long enough that key expiry cannot do the
-/// releases' work before the end check.
+/// releases' work before the end check (`rolling` runs shorter ones, see
+/// [`Scenario`]).
 pub const LEASE: Duration = Duration::from_secs(10);
 
 /// Each node's share of an acquire round (the default is 500 ms): short,
@@ -102,11 +117,67 @@ pub const RED_NAMES: [(&str, bool); 3] =
     [("hc:red:0", true), ("hc:red:1", true), ("hc:red:2", false)];
 /// See [`RED_NAMES`].
 pub const MULTI_NAMES: [(&str, bool); 2] = [("hc:multi:0", true), ("hc:multi:1", false)];
+/// The names of a `rolling` run: every one fenced.
+pub const ROLLING_NAMES: [(&str, bool); 4] = [
+    ("hc:fenced:0", true),
+    ("hc:fenced:1", true),
+    ("hc:fenced:2", true),
+    ("hc:fenced:3", true),
+];
 
-/// Clients, and workers per client of each kind.
+/// Clients.
 const CLIENTS: usize = 3;
-const RED_WORKERS: usize = 3;
-const MULTI_WORKERS: usize = 2;
+
+/// In a `rolling` run, the longest a name may sit free without a fenced
+/// grant, and the longest a restarted node may wait for its repair.
+pub const ROLLING_GAP_LIMIT: Duration = Duration::from_secs(3);
+pub const REPAIR_LIMIT: Duration = Duration::from_secs(10);
+
+/// What a run locks, per `--restarts` mode.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// The fixed lease, and the watchdog timeout of every client.
+    pub lease: Duration,
+    pub red_names: &'static [(&'static str, bool)],
+    pub multi_names: &'static [(&'static str, bool)],
+    /// Workers per client of each kind.
+    pub red_workers: usize,
+    pub multi_workers: usize,
+    /// Holds mostly of a few ms (else up to 4 s).
+    pub short_holds: bool,
+}
+
+impl Scenario {
+    pub fn of(restarts: Restarts) -> Scenario {
+        match restarts {
+            Restarts::Delayed | Restarts::Immediate => Scenario {
+                lease: LEASE,
+                red_names: &RED_NAMES,
+                multi_names: &MULTI_NAMES,
+                red_workers: 3,
+                multi_workers: 2,
+                short_holds: false,
+            },
+            Restarts::Rolling => Scenario {
+                lease: Duration::from_secs(2),
+                red_names: &ROLLING_NAMES,
+                multi_names: &[],
+                red_workers: 6,
+                multi_workers: 0,
+                short_holds: true,
+            },
+        }
+    }
+
+    /// The fenced RedLock names.
+    pub fn fenced_red_names(&self) -> Vec<String> {
+        self.red_names
+            .iter()
+            .filter(|(_, fenced)| *fenced)
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+}
 
 /// How long the end check waits for background releases and rollbacks
 /// (well under [`LEASE`], so expiry cannot do their work).
@@ -143,10 +214,15 @@ impl Settings {
                         .map_err(|e| format!("--secs: {e}"))?;
                 }
                 "--restarts" => {
-                    settings.restarts = match value("delayed or immediate")?.as_str() {
+                    settings.restarts = match value("delayed, immediate or rolling")?.as_str() {
                         "delayed" => Restarts::Delayed,
                         "immediate" => Restarts::Immediate,
-                        other => return Err(format!("--restarts {other}: delayed or immediate")),
+                        "rolling" => Restarts::Rolling,
+                        other => {
+                            return Err(format!(
+                                "--restarts {other}: delayed, immediate or rolling"
+                            ));
+                        }
                     };
                 }
                 "--seed" => {
@@ -174,7 +250,7 @@ async fn main() -> ExitCode {
         Ok(settings) => settings,
         Err(err) => {
             eprintln!(
-                "{err}\nusage: history_checker [--secs N] [--restarts delayed|immediate] [--seed N] [--plant]"
+                "{err}\nusage: history_checker [--secs N] [--restarts delayed|immediate|rolling] [--seed N] [--plant]"
             );
             return ExitCode::from(2);
         }
@@ -196,6 +272,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> {
+    let scenario = Scenario::of(settings.restarts);
     println!(
         "history_checker: {} s, restarts {}, seed {}{}",
         settings.secs,
@@ -203,15 +280,20 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         settings.seed,
         if settings.plant { ", planted bugs" } else { "" }
     );
+    let with_multi = scenario.multi_workers > 0;
     let red_servers = RedisProcess::start_many(5).await?;
-    let multi_servers = RedisProcess::start_many(3).await?;
+    let multi_servers = RedisProcess::start_many(if with_multi { 3 } else { 0 }).await?;
     let store_server = RedisProcess::start().await?;
     let red_urls: Vec<String> = red_servers.iter().map(TestServer::url).collect();
     let multi_urls: Vec<String> = multi_servers.iter().map(TestServer::url).collect();
     println!(
         "RedLock nodes {}; MultiLock nodes {}; fenced stores on {}",
         ports(&red_urls),
-        ports(&multi_urls),
+        if with_multi {
+            ports(&multi_urls)
+        } else {
+            "none".to_owned()
+        },
         store_server.url()
     );
 
@@ -220,7 +302,7 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     let (stop_tx, stop) = watch::channel(false);
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
-        let client = Client::builder().watchdog_timeout(LEASE).build()?;
+        let client = Client::builder().watchdog_timeout(scenario.lease).build()?;
         let red_nodes = nodes(&red_urls)?;
         let multi_nodes = nodes(&multi_urls)?;
         clients.push((client, red_nodes, multi_nodes));
@@ -231,27 +313,34 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     let (red_kills, multi_kills) = match settings.restarts {
         Restarts::Delayed => (0.2, 0.06),
         Restarts::Immediate => (0.7, 0.2),
+        Restarts::Rolling => (0.5, 0.0),
     };
-    let red_group = Group::new(
+    let mut groups = vec![Group::new(
         "RedLock",
         red_servers,
         2,
         settings.restarts,
+        scenario.lease,
         red_kills,
         300..1_200,
-    );
-    let multi_group = Group::new(
-        "MultiLock",
-        multi_servers,
-        1,
-        settings.restarts,
-        multi_kills,
-        1_000..3_000,
-    );
-    let red_chaos = red_group.counts();
-    let multi_chaos = multi_group.counts();
+    )];
+    if settings.restarts == Restarts::Rolling {
+        groups[0].await_repairs(scenario.fenced_red_names());
+    }
+    if with_multi {
+        groups.push(Group::new(
+            "MultiLock",
+            multi_servers,
+            1,
+            settings.restarts,
+            scenario.lease,
+            multi_kills,
+            1_000..3_000,
+        ));
+    }
+    let chaos_counts: Vec<_> = groups.iter().map(Group::counts).collect();
     let mut chaos_tasks = Vec::new();
-    for (i, group) in [red_group, multi_group].into_iter().enumerate() {
+    for (i, group) in groups.into_iter().enumerate() {
         let rng = StdRng::seed_from_u64(settings.seed ^ (0xC4A0_5000 + i as u64));
         chaos_tasks.push(tokio::spawn(group.run(rng, stop.clone())));
     }
@@ -261,11 +350,12 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         history: history.clone(),
         stats: stats.clone(),
         store_url: store_server.url(),
+        scenario,
     });
     let mut worker_tasks = Vec::new();
     for (c, (client, red_nodes, multi_nodes)) in clients.iter().enumerate() {
-        let kinds = std::iter::repeat_n(Kind::Red, RED_WORKERS)
-            .chain(std::iter::repeat_n(Kind::Multi, MULTI_WORKERS));
+        let kinds = std::iter::repeat_n(Kind::Red, scenario.red_workers)
+            .chain(std::iter::repeat_n(Kind::Multi, scenario.multi_workers));
         for (w, kind) in kinds.enumerate() {
             let worker = workers::Worker::new(
                 client,
@@ -284,6 +374,7 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         plant::spawn(
             client,
             red_nodes,
+            scenario.red_names[0].0,
             &store_server.url(),
             history.clone(),
             Duration::from_secs(settings.secs),
@@ -300,11 +391,12 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     while Instant::now() < end {
         let nap = every.min(end - Instant::now());
         tokio::time::sleep(nap).await;
-        report::progress(started.elapsed(), &stats, &red_chaos, &multi_chaos);
+        report::progress(started.elapsed(), &stats, &chaos_counts);
     }
 
     // Heal everything, let every task finish, then look for lock keys.
     println!("stopping: healing every node and letting every task finish");
+    let stopped_at = history.since_origin(Instant::now());
     let _ = stop_tx.send(true);
     let mut healed = Vec::new();
     for task in chaos_tasks {
@@ -324,12 +416,22 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         }
     }
     let finished = Instant::now();
-    let mut red_names: Vec<String> = RED_NAMES.iter().map(|(n, _)| n.to_string()).collect();
+    let mut red_names: Vec<String> = scenario
+        .red_names
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
     red_names.push(plant::LEAKED_NAME.to_owned());
-    let multi_names: Vec<String> = MULTI_NAMES.iter().map(|(n, _)| n.to_string()).collect();
+    let multi_names: Vec<String> = scenario
+        .multi_names
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    // Well under the lease, so that expiry cannot do the releases' work.
+    let settle = SETTLE.min(scenario.lease / 2);
     let (mut leftovers, multi_leftovers) = tokio::try_join!(
-        leftover_keys(&red_urls, &red_names, SETTLE),
-        leftover_keys(&multi_urls, &multi_names, SETTLE),
+        leftover_keys(&red_urls, &red_names, settle),
+        leftover_keys(&multi_urls, &multi_names, settle),
     )?;
     leftovers.extend(multi_leftovers);
     println!(
@@ -343,13 +445,18 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     }
 
     let violations = history.check(&leftovers);
-    let verdict = Verdict::judge(settings, violations, stuck);
+    let gaps = report::fenced_gaps(&history.holds(), stopped_at);
+    let counts: Vec<ChaosCounts> = chaos_counts
+        .iter()
+        .map(|c| c.lock().unwrap().clone())
+        .collect();
+    let verdict = Verdict::judge(settings, violations, stuck, gaps, &counts);
     report::summary(
         &settings,
         started.elapsed(),
         &history,
         &stats,
-        &[&red_chaos, &multi_chaos],
+        &counts,
         &verdict,
     );
     drop((healed, store_server));

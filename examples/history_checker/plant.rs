@@ -18,7 +18,6 @@ use multilock::{Client, Node, Owner, Result};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::RED_NAMES;
 use crate::workers::store_key;
 
 /// The rogue's holder name; every hold of a planted bug starts with `planted`.
@@ -40,16 +39,17 @@ pub fn is_planted(holder: &str) -> bool {
     holder.starts_with("planted")
 }
 
-/// Starts the rogue, and the leak at 60 % of the run.
+/// Starts the rogue on `name` (a fenced RedLock name the workers take
+/// too), and the leak at 60 % of the run.
 pub fn spawn(
     client: &Client,
     red_nodes: &[Node],
+    name: &'static str,
     store_url: &str,
     history: Arc<History>,
     run_for: Duration,
     stop: watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>> {
-    let name = RED_NAMES[0].0;
     let rogue_lock = client
         .red_lock_on(red_nodes, name)?
         .with_fencing()

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use multilock::testkit::{History, Violation};
+use multilock::testkit::{History, Hold, Violation};
 
-use crate::Settings;
 use crate::chaos::{ChaosCounts, Restarts};
 use crate::plant::{LEAKED_NAME, is_planted};
 use crate::workers::{Kind, Stats};
+use crate::{ROLLING_GAP_LIMIT, Settings};
 
 /// At most this many violations of each rule are printed, one per line:
 /// findings, and what was planted or is expected.
@@ -18,12 +18,7 @@ const PRINT_FINDINGS: usize = 50;
 const PRINT_EXPECTED: usize = 4;
 
 /// One progress line.
-pub fn progress(
-    elapsed: Duration,
-    stats: &Stats,
-    red: &Arc<Mutex<ChaosCounts>>,
-    multi: &Arc<Mutex<ChaosCounts>>,
-) {
+pub fn progress(elapsed: Duration, stats: &Stats, chaos: &[Arc<Mutex<ChaosCounts>>]) {
     let held: Vec<String> = Kind::ALL
         .iter()
         .map(|&k| format!("{} {}", k.label(), stats.of(k).acquired))
@@ -35,7 +30,7 @@ pub fn progress(
             c.cut_timeout + c.cut_abort + c.cut_stop
         })
         .sum();
-    let chaos: Vec<String> = [red, multi]
+    let chaos: Vec<String> = chaos
         .iter()
         .map(|c| {
             let c = c.lock().unwrap();
@@ -50,9 +45,72 @@ pub fn progress(
     );
 }
 
+/// The longest time a fenced name sat free without a fenced grant: from
+/// the later of the run's start and the end of every earlier hold (its
+/// release, or the end of its validity when never released) to the next
+/// grant, or to `stop`. By name: (the gap, when it ended). Planted holds
+/// do not count.
+pub fn fenced_gaps(holds: &[Hold], stop: Duration) -> BTreeMap<String, (Duration, Duration)> {
+    let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds {
+        if hold.token.is_some() && !is_planted(&hold.holder) && hold.granted <= stop {
+            by_name.entry(&hold.name).or_default().push(hold);
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, mut holds)| {
+            holds.sort_by_key(|h| h.granted);
+            let mut free_since = Duration::ZERO;
+            let mut longest = (Duration::ZERO, Duration::ZERO);
+            let ends = holds.iter().map(|h| h.granted).chain([stop]);
+            for (i, next) in ends.enumerate() {
+                let gap = next.saturating_sub(free_since);
+                if gap > longest.0 {
+                    longest = (gap, next);
+                }
+                if let Some(hold) = holds.get(i) {
+                    let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
+                    free_since = free_since.max(end);
+                }
+            }
+            (name.to_owned(), longest)
+        })
+        .collect()
+}
+
+/// How many times a name's fenced grants jumped to the wall-clock floor
+/// (a token more than 100,000 above the one before: counters step by one
+/// per grant, a floor by the microseconds since the last one). The token
+/// still increases, but the counters could not prove it: the client saw
+/// too many nodes without a trusted counter at once.
+pub fn floor_jumps(holds: &[Hold]) -> usize {
+    let mut by_name: BTreeMap<&str, Vec<(Duration, u64)>> = BTreeMap::new();
+    for hold in holds {
+        if let (Some(token), false) = (hold.token, is_planted(&hold.holder)) {
+            by_name
+                .entry(&hold.name)
+                .or_default()
+                .push((hold.granted, token));
+        }
+    }
+    by_name
+        .values_mut()
+        .map(|grants| {
+            grants.sort_unstable();
+            grants
+                .windows(2)
+                .filter(|w| w[1].1 > w[0].1.saturating_add(100_000))
+                .count()
+        })
+        .sum()
+}
+
 /// The violations, sorted into what was planted, what the mode expects
 /// (`--restarts immediate`: two holders, and the refused writes and tokens
-/// out of order that follow), and findings.
+/// out of order that follow), and findings; and, in a `rolling` run, the
+/// names that went too long without a fenced grant and the repairs that
+/// took too long.
 pub struct Verdict {
     settings: Settings,
     planted: Vec<Violation>,
@@ -60,16 +118,28 @@ pub struct Verdict {
     findings: Vec<Violation>,
     /// Tasks still running long after the stop: a hang.
     stuck: usize,
+    /// The longest free time without a fenced grant, per name.
+    gaps: BTreeMap<String, (Duration, Duration)>,
+    /// Repairs not done within the limit (`rolling`).
+    repairs_overdue: u64,
 }
 
 impl Verdict {
-    pub fn judge(settings: Settings, violations: Vec<Violation>, stuck: usize) -> Verdict {
+    pub fn judge(
+        settings: Settings,
+        violations: Vec<Violation>,
+        stuck: usize,
+        gaps: BTreeMap<String, (Duration, Duration)>,
+        chaos: &[ChaosCounts],
+    ) -> Verdict {
         let mut verdict = Verdict {
             settings,
             planted: Vec::new(),
             expected: Vec::new(),
             findings: Vec::new(),
             stuck,
+            gaps,
+            repairs_overdue: chaos.iter().map(|c| c.repairs_overdue).sum(),
         };
         for violation in violations {
             let planted = match &violation {
@@ -117,15 +187,32 @@ impl Verdict {
             .count()
     }
 
+    /// The names whose longest gap without a fenced grant broke the limit
+    /// of a `rolling` run.
+    fn gaps_over_limit(&self) -> Vec<&str> {
+        if self.settings.restarts != Restarts::Rolling {
+            return Vec::new();
+        }
+        self.gaps
+            .iter()
+            .filter(|(_, (gap, _))| *gap > ROLLING_GAP_LIMIT)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
     /// 0 when the run shows what it should: no finding, every planted bug
-    /// caught, and with immediate restarts, the known two-holder case seen.
+    /// caught, with immediate restarts the known two-holder case seen, and
+    /// with rolling restarts every name granted often and every restarted
+    /// node repaired in time.
     pub fn exit_code(&self) -> u8 {
         let immediate_shown =
-            self.settings.restarts == Restarts::Delayed || self.expected_overlaps() > 0;
+            self.settings.restarts != Restarts::Immediate || self.expected_overlaps() > 0;
         let ok = self.findings.is_empty()
             && self.stuck == 0
             && self.planted_rules_missing().is_empty()
-            && immediate_shown;
+            && immediate_shown
+            && self.gaps_over_limit().is_empty()
+            && self.repairs_overdue == 0;
         if ok { 0 } else { 1 }
     }
 }
@@ -136,7 +223,7 @@ pub fn summary(
     elapsed: Duration,
     history: &History,
     stats: &Stats,
-    chaos: &[&Arc<Mutex<ChaosCounts>>],
+    chaos: &[ChaosCounts],
     verdict: &Verdict,
 ) {
     println!(
@@ -178,8 +265,7 @@ pub fn summary(
             "", c.writes_accepted, c.writes_refused, c.write_errors
         );
     }
-    for counts in chaos {
-        let c = counts.lock().unwrap();
+    for c in chaos {
         let down = match c.down {
             Some((lo, hi)) => format!(
                 ", each down {:.1}–{:.1} s; a node down {:.0} % of the run",
@@ -192,6 +278,47 @@ pub fn summary(
         println!(
             "  chaos on {} nodes: {} SIGSTOP, {} SIGCONT, {} SIGKILL, {} restarts{down}",
             c.label, c.pauses, c.resumes, c.kills, c.restarts
+        );
+        if let Some((lo, hi)) = c.repair_time {
+            println!(
+                "  {:<9} fencing counters repaired after {} restarts, {:.2}–{:.2} s after the restart; {} not within {:?}",
+                "",
+                c.repaired,
+                lo.as_secs_f64(),
+                hi.as_secs_f64(),
+                c.repairs_overdue,
+                crate::REPAIR_LIMIT
+            );
+        }
+    }
+    if !verdict.gaps.is_empty() {
+        let each: Vec<String> = verdict
+            .gaps
+            .iter()
+            .map(|(name, (gap, at))| {
+                format!(
+                    "{name} {:.2} s (ended at {:.1} s)",
+                    gap.as_secs_f64(),
+                    at.as_secs_f64()
+                )
+            })
+            .collect();
+        println!(
+            "  longest time free without a fenced grant: {}",
+            each.join(", ")
+        );
+    }
+    if settings.restarts == Restarts::Rolling {
+        println!(
+            "  fenced tokens that continued from the wall-clock floor (counters could not prove them): {}",
+            floor_jumps(&history.holds())
+        );
+    }
+    let over = verdict.gaps_over_limit();
+    if !over.is_empty() {
+        println!(
+            "  fenced grants: {} went more than {ROLLING_GAP_LIMIT:?} without one while a quorum was up",
+            over.join(", ")
         );
     }
     let holds = history.holds();

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 
-use crate::{LEASE, MULTI_NAMES, NODE_TIMEOUT, RED_NAMES};
+use crate::{NODE_TIMEOUT, Scenario};
 
 /// The kind of lock a worker takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -89,6 +89,7 @@ pub struct Shared {
     pub history: Arc<History>,
     pub stats: Arc<Stats>,
     pub store_url: String,
+    pub scenario: Scenario,
 }
 
 /// A RedLock or a MultiLock.
@@ -158,9 +159,9 @@ impl Worker {
         // An explicit owner: an acquire may run in a task of its own (to be
         // aborted), and the guard outlives that task.
         let owner = Owner::new(format!("hc-{label}"))?;
-        let names: &[(&'static str, bool)] = match kind {
-            Kind::Red => &RED_NAMES,
-            Kind::Multi => &MULTI_NAMES,
+        let names = match kind {
+            Kind::Red => shared.scenario.red_names,
+            Kind::Multi => shared.scenario.multi_names,
         };
         let mut targets = Vec::new();
         for &(name, fenced) in names {
@@ -230,7 +231,10 @@ impl Worker {
 
     /// `lock()` or a bounded wait; a fixed lease or the watchdog.
     fn pick_how(&mut self) -> How {
-        let lease = self.rng.random_bool(0.6).then_some(LEASE);
+        let lease = self
+            .rng
+            .random_bool(0.6)
+            .then_some(self.shared.scenario.lease);
         if self.rng.random_bool(0.5) {
             How::Lock(lease)
         } else {
@@ -250,11 +254,21 @@ impl Worker {
     }
 
     /// Mostly short holds, some long ones (the watchdog renews those).
+    /// A `rolling` run holds briefly (its point is many fenced grants, and
+    /// its lease is 2 s): a fiftieth of its holds outlive the lease.
     fn pick_hold(&mut self) -> Duration {
-        let ms = match self.rng.random_range(0..100) {
-            0..85 => self.rng.random_range(1..50),
-            85..97 => self.rng.random_range(50..500),
-            _ => self.rng.random_range(1_000..4_000),
+        let ms = if self.shared.scenario.short_holds {
+            match self.rng.random_range(0..100) {
+                0..90 => self.rng.random_range(1..20),
+                90..98 => self.rng.random_range(20..200),
+                _ => self.rng.random_range(2_000..3_000),
+            }
+        } else {
+            match self.rng.random_range(0..100) {
+                0..85 => self.rng.random_range(1..50),
+                85..97 => self.rng.random_range(50..500),
+                _ => self.rng.random_range(1_000..4_000),
+            }
         };
         Duration::from_millis(ms)
     }

@@ -46,6 +46,14 @@ impl Node {
         self.checkout_shared(Some(lane)).await
     }
 
+    /// A shared connection about no lock in particular (each in turn),
+    /// refused while the node is suspect. A broken one is replaced on the
+    /// way, and the new connection reports the server's `run_id`.
+    pub(crate) async fn checkout_any(&self) -> Result<Conn> {
+        self.refuse_if_suspect().await?;
+        self.checkout_shared(None).await
+    }
+
     /// A connection nobody else is given until this one is dropped: for a
     /// request that blocks its connection (`WAIT`).
     pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {

@@ -301,6 +301,22 @@ impl Node {
         self.inner.id
     }
 
+    /// The server's restarts seen so far: its `run_id` changed between two
+    /// connections.
+    pub(crate) fn generation(&self) -> u64 {
+        self.inner.server.generation()
+    }
+
+    /// Follows [`Node::generation`].
+    pub(crate) fn restarts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.server.restarts()
+    }
+
+    /// Resolves when a connection to the node next reports it was lost.
+    pub(crate) async fn disconnected(&self) {
+        self.inner.server.disconnected().await
+    }
+
     /// Registers a waiter on `channel` if this node's shared subscription
     /// already has it confirmed (other local waiters are on it): no I/O.
     pub(crate) fn join_subscription(&self, channel: &str) -> Option<Subscription> {

@@ -40,11 +40,15 @@ pub(crate) struct ConnectionFactory {
 }
 
 /// The server behind a node, as its connections see it: its `run_id`,
-/// which changes when it restarts.
-#[derive(Default)]
+/// which changes when it restarts (the restarts seen so far are its
+/// *generation*), and whether a connection to it was just lost.
 pub(crate) struct ServerIdentity {
     addr: String,
     run_id: std::sync::Mutex<Option<String>>,
+    /// Restarts seen (a `run_id` that changed), for whoever watches.
+    generation: tokio::sync::watch::Sender<u64>,
+    /// Woken when a connection reports its own disconnection.
+    disconnected: tokio::sync::Notify,
 }
 
 impl ServerIdentity {
@@ -52,6 +56,8 @@ impl ServerIdentity {
         ServerIdentity {
             addr,
             run_id: Default::default(),
+            generation: tokio::sync::watch::channel(0).0,
+            disconnected: tokio::sync::Notify::new(),
         }
     }
 
@@ -62,9 +68,25 @@ impl ServerIdentity {
             Some(_) => {
                 tracing::info!(node = %self.addr, run_id, "the server restarted (new run_id)");
                 *known = Some(run_id.to_owned());
+                self.generation.send_modify(|g| *g += 1);
             }
             None => *known = Some(run_id.to_owned()),
         }
+    }
+
+    /// Restarts seen so far.
+    pub(crate) fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Follows [`ServerIdentity::generation`].
+    pub(crate) fn restarts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Resolves at the next connection that reports it was lost.
+    pub(crate) fn disconnected(&self) -> tokio::sync::futures::Notified<'_> {
+        self.disconnected.notified()
     }
 
     /// The server's `run_id`, once a connection was made.
@@ -129,13 +151,16 @@ pub(crate) fn note_error(broken: &AtomicBool, err: &RedisError) {
     }
 }
 
-/// Sets the broken flag when the connection reports its own disconnection.
-struct BrokenOnDisconnect(Arc<AtomicBool>);
+/// Sets the broken flag when the connection reports its own disconnection,
+/// and tells whoever watches the server (a restart is found by the next
+/// connection's `run_id`).
+struct BrokenOnDisconnect(Arc<AtomicBool>, Arc<ServerIdentity>);
 
 impl AsyncPushSender for BrokenOnDisconnect {
     fn send(&self, info: PushInfo) -> Result<(), SendError> {
         if info.kind == PushKind::Disconnection {
             self.0.store(true, Ordering::Relaxed);
+            self.1.disconnected.notify_waiters();
         }
         Ok(())
     }
@@ -150,7 +175,7 @@ impl managed::Manager for ConnectionFactory {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
-            .set_push_sender(BrokenOnDisconnect(broken.clone()));
+            .set_push_sender(BrokenOnDisconnect(broken.clone(), self.server.clone()));
         let mut conn = self
             .client
             .get_multiplexed_async_connection_with_config(&config)

@@ -12,12 +12,14 @@ use super::{Call, LockKeys};
 pub(crate) enum Fencing {
     /// Not fenced: the counter is not touched.
     Off,
-    /// Redisson's fenced lock (one node): every grant INCRs the counter,
-    /// creating it at 1 when it is missing.
+    /// Redisson's fenced lock (one node): every grant INCRs the counter. A
+    /// missing counter (a new name, or one lost with the node's data) is
+    /// created at the wall-clock floor first (Redisson starts at 1), so a
+    /// token never falls back below one handed out before.
     Single,
-    /// A multi-node lock: every grant INCRs the counter if it exists. A
-    /// missing counter (a node that lost its data) is not created: the
-    /// token settlement seeds it from the other nodes.
+    /// A part of a multi-node lock: a grant reports the counter (if it
+    /// exists) and writes nothing; the settlement reads, raises and seals
+    /// the counters (see `quorum::fencing`).
     Quorum,
 }
 
@@ -96,4 +98,13 @@ pub(crate) fn raise_token(keys: &LockKeys, minimum: u64, missing: Missing) -> Ca
             after: after.max(0) as u64,
         })
     })
+}
+
+/// The fencing counter of `keys` (`None` when missing): what a repair reads
+/// on the other nodes, and the check after a seal. A counter that is no
+/// integer is an error.
+pub(crate) fn read_token(keys: &LockKeys) -> Call<Option<u64>> {
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(&keys.token);
+    Call::command(cmd, |reply| Ok(Option::<u64>::from_redis_value(reply)?))
 }

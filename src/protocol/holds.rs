@@ -22,7 +22,9 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 
 /// KEYS[1] lock key, KEYS[2] this request's hold latch, KEYS[3] token counter.
 /// ARGV[1] lease (ms), ARGV[2] field, ARGV[3] hold latch TTL (ms), ARGV[4]
-/// fencing (0 off, 1 single: INCR and create, 2 quorum: INCR if it exists).
+/// fencing (0 off; 1 single: INCR, creating a missing counter at the
+/// floor ARGV[5] first; 2 a quorum's part: report the counter, if it
+/// exists, without writing it: the quorum settles the token).
 ///
 /// Grants when the key is absent or holds the field. A grant never shortens
 /// the key's TTL: it extends it to the lease only when less is left. The
@@ -60,8 +62,13 @@ if ttl < lease then
     ttl = lease
 end
 local token = -1
-if fenced then
+if ARGV[4] == '1' then
+    if redis.call('exists', KEYS[3]) == 0 then
+        redis.call('set', KEYS[3], ARGV[5])
+    end
     token = redis.call('incr', KEYS[3])
+elseif fenced then
+    token = tonumber(redis.call('get', KEYS[3]))
 end
 return {1, ttl, count, token}
 "#;
@@ -85,7 +92,13 @@ pub(crate) fn acquire(
         .arg(millis(lease))
         .arg(field)
         .arg(millis(latch_ttl).max(1))
-        .arg(fencing.arg());
+        .arg(fencing.arg())
+        .arg(match fencing {
+            // A counter lost with its node's data starts again above every
+            // token it had reached (the wall-clock floor), not at 1.
+            Fencing::Single => crate::timing::token_floor(),
+            _ => 0,
+        });
     Call::script(invocation, |reply| {
         let reply = Vec::<i64>::from_redis_value(reply)?;
         Ok(match reply.as_slice() {

@@ -21,7 +21,7 @@ use crate::timing::{millis, ttl_from_pttl};
 mod fencing;
 mod holds;
 
-pub(crate) use fencing::{Fencing, Missing, Raised, raise_token};
+pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};
 pub(crate) use holds::{acquire, extend, force_unlock, release, renew_batch, rollback};
 
 /// One request of the protocol and how to read its reply.
@@ -143,8 +143,9 @@ pub(crate) struct Grant {
     pub(crate) ttl: Duration,
     /// The owner's hold count after the grant: 1 for a fresh hold.
     pub(crate) count: u64,
-    /// The fencing token: the counter after its INCR, when fenced and the
-    /// counter exists (see [`Fencing`]).
+    /// The fencing counter: after the grant's INCR (a fenced lock), or as
+    /// the grant found it (a part of a fenced quorum lock, when it exists).
+    /// See [`Fencing`].
     pub(crate) token: Option<u64>,
 }
 

@@ -1,102 +1,193 @@
-//! The fencing token of a won multi-node round: each granted node INCRed
-//! its counter (if it had one); the token handed out is made higher than
-//! every counter a quorum of surviving nodes reports, and a quorum of nodes
-//! is raised to it before the guard is returned. The arithmetic, and why it
-//! is enough, is [`policy::settle_token`].
+//! The fencing token of a won multi-node round, in three steps (the
+//! protocol the model in `crate::fencing` checks):
 //!
-//! Like the round, the settlement returns as soon as a quorum answered
-//! (the raises still on their way are only ever raises).
+//! 1. **Read**: once the quorum is complete, read every counter, raising
+//!    it to a guess (one above the highest counter the grants reported).
+//!    Read only now: an acquire's own reply may predate the previous
+//!    holder's seal (it held other nodes then); a read sent after the last
+//!    grant cannot. The token is above every counter read (so it never
+//!    equals a rival's) and proven above every earlier token by enough
+//!    witnesses ([`rules::settle_token`]), or taken from the wall-clock
+//!    floor when every node answered and too few counters survive.
+//! 2. **Seal**: a quorum of nodes holds the token (the read already sealed
+//!    it when nothing was at or above the guess and no node is known to
+//!    have restarted; else a raise to the token, which also seeds missing
+//!    counters with it). A restarted node is waited for (up to the node
+//!    timeout), and the seal repairs it: the token is above every counter
+//!    of the proof the read made, which is all a repair writes.
+//! 3. **Check**: once every write of the seal landed, a quorum still holds
+//!    it. A node that restarted between its seal and the hand-out would
+//!    otherwise count, while a repair that read before the seal landed
+//!    elsewhere could put it back below the token.
+//!
+//! Like the round, each step returns as soon as it has what it needs.
 
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::policy::{self, CounterReport};
 use super::{QuorumLock, QuorumPolicy};
+use crate::fencing::rules::{self, CounterReport, Settled};
+use crate::fencing::{Group, Part};
 use crate::protocol::{self, Missing, Raised};
 use crate::single::HeldPart;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
     /// The token of a fenced round whose grants are `parts` (by lock
-    /// index): every counter raised to the highest INCR among the grants;
-    /// when a node reports a higher counter (or no counter existed
-    /// anywhere), raised again to the token itself. `None` when no token
-    /// can be proven higher than every earlier holder's, or a quorum did not
-    /// confirm it.
+    /// index); `None` when none can be proven, or a quorum did not keep it.
     pub(super) async fn settle_token(
         &self,
         parts: &[(usize, HeldPart)],
         node_timeout: Duration,
     ) -> Option<u64> {
         let (nodes, required) = (self.locks.len(), self.quorum());
-        let candidate = parts
+        let book = self.locks[0].core().fencing.clone();
+        let group = Group {
+            parts: self
+                .locks
+                .iter()
+                .map(|lock| Part {
+                    node: lock.node().clone(),
+                    keys: lock.keys().clone(),
+                    lane: lock.lane(),
+                })
+                .collect(),
+            required,
+        };
+        book.watch(&group);
+        // The grants reported their counters (a quorum's acquire does not
+        // INCR: only the settlement writes them).
+        let guess = parts
             .iter()
             .filter_map(|(_, p)| p.token())
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            + 1;
+
+        // 1. Read (and raise to the guess).
         let reports = |answers: &[(usize, Raised)]| -> Vec<CounterReport> {
             answers
                 .iter()
                 .map(|(index, raised)| CounterReport {
-                    before: raised.before,
-                    granted_here: parts.iter().any(|(granted, _)| granted == index),
+                    value: raised.before,
+                    intact: book.is_intact(&group.parts[*index]),
                 })
                 .collect()
         };
-        // Missing counters stay missing in this first raise: the candidate
-        // may be below the token, and a counter created below it would
-        // count as a survivor at a later settlement.
-        let first = self
-            .raise_counters(candidate, Missing::Leave, node_timeout, |answers| {
-                policy::settle_token(candidate, &reports(answers), nodes, required).is_some()
+        let sealed_at = |answers: &[(usize, Raised)], token: u64| {
+            answers.iter().filter(|(_, r)| r.after >= token).count()
+        };
+        let floor = crate::timing::token_floor();
+        let read = self
+            .raise_counters(guess, Missing::Leave, node_timeout, &group, |answers| {
+                rules::settle_token(&reports(answers), nodes, required, guess, floor).is_some_and(
+                    |settled| settled.token() != guess || sealed_at(answers, guess) >= required,
+                )
             })
             .await;
-        let token = policy::settle_token(candidate, &reports(&first), nodes, required)?;
-        let any_missing = first.iter().any(|(_, raised)| raised.before.is_none());
-        let confirmed = if candidate > 0 && token == candidate && !any_missing {
-            // Every answer raised its counter to at least the candidate.
-            first.len()
-        } else {
-            // Raised again to the token, which also seeds missing counters
-            // with it: a settled token, never a lower value.
-            let raised_to_token = |answers: &[(usize, Raised)]| {
-                answers.iter().filter(|(_, r)| r.after >= token).count()
+        let settled = rules::settle_token(&reports(&read), nodes, required, guess, floor)?;
+        let token = settled.token();
+        if let Settled::Floor(_) = settled {
+            if book.has_seen(self.name()) {
+                tracing::warn!(lock = %self.name(), token, "the fencing counters of this lock were lost on too many nodes to prove a token: it continues from the wall-clock floor");
+            } else {
+                tracing::debug!(lock = %self.name(), token, "first fenced grant: the token starts at the wall-clock floor");
+            }
+        }
+
+        // 2. Seal.
+        // Every node known to have restarted, whether it answered the read
+        // or not: the seal repairs it (a grant with every node up leaves
+        // every node repaired, even if the round returned at quorum).
+        let restarted: Vec<usize> = (0..nodes)
+            .filter(|&index| !book.is_intact(&group.parts[index]))
+            .collect();
+        let sealed: Vec<usize> =
+            if token == guess && restarted.is_empty() && sealed_at(&read, token) >= required {
+                read.iter()
+                    .filter(|(_, r)| r.after >= token)
+                    .map(|(i, _)| *i)
+                    .collect()
+            } else {
+                let raised = self
+                    .raise_counters(token, Missing::Seed, node_timeout, &group, |answers| {
+                        sealed_at(answers, token) >= required
+                            && restarted
+                                .iter()
+                                .all(|r| answers.iter().any(|(i, _)| i == r))
+                    })
+                    .await;
+                raised
+                    .iter()
+                    .filter(|(_, r)| r.after >= token)
+                    .map(|(i, _)| *i)
+                    .collect()
             };
-            let second = self
-                .raise_counters(token, Missing::Seed, node_timeout, |answers| {
-                    raised_to_token(answers) >= required
-                })
-                .await;
-            raised_to_token(&second)
-        };
-        (confirmed >= required).then_some(token)
+        if sealed.len() < required {
+            return None;
+        }
+
+        // 3. Check, now that every write of the seal has landed.
+        let mut checks: FuturesUnordered<_> = sealed
+            .iter()
+            .map(|&index| {
+                let lock = &self.locks[index];
+                async move {
+                    let read = protocol::read_token(lock.keys());
+                    let counter =
+                        tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &read))
+                            .await;
+                    counter.ok().and_then(Result::ok).flatten()
+                }
+            })
+            .collect();
+        let mut kept = 0;
+        while let Some(counter) = checks.next().await {
+            if counter.is_some_and(|c| c >= token) {
+                kept += 1;
+                if kept >= required {
+                    return Some(token);
+                }
+            }
+        }
+        tracing::debug!(lock = %self.name(), token, "the seal did not hold on a quorum");
+        None
     }
 
     /// Raises every node's counter to at least `minimum` (a missing one is
     /// left or seeded, as `missing` says), each under `node_timeout`, until
     /// `enough` says the answers so far suffice (or every node answered or
-    /// failed). The answers, by lock index.
+    /// failed). Every answer tells the client's book what the node held; a
+    /// seal (`Missing::Seed`: `minimum` is a settled token) that landed
+    /// on a restarted node repairs it. The answers, by lock index.
     async fn raise_counters(
         &self,
         minimum: u64,
         missing: Missing,
         node_timeout: Duration,
+        group: &Group,
         enough: impl Fn(&[(usize, Raised)]) -> bool,
     ) -> Vec<(usize, Raised)> {
+        let book = &self.locks[0].core().fencing;
         let mut raises: FuturesUnordered<_> = self
             .locks
             .iter()
             .enumerate()
             .map(|(index, lock)| async move {
+                let generation = lock.node().generation();
                 let raise = protocol::raise_token(lock.keys(), minimum, missing);
                 let raised =
                     tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &raise)).await;
-                (index, raised.ok().and_then(Result::ok))
+                (index, generation, raised.ok().and_then(Result::ok))
             })
             .collect();
         let mut answers = Vec::with_capacity(self.locks.len());
-        while let Some((index, raised)) = raises.next().await {
+        while let Some((index, generation, raised)) = raises.next().await {
             if let Some(raised) = raised {
+                book.observe(&group.parts[index], group, raised.before);
+                if missing == Missing::Seed && raised.after >= minimum {
+                    book.sealed(&group.parts[index], generation, Some(raised.after));
+                }
                 answers.push((index, raised));
                 if enough(&answers) {
                     break;

@@ -110,6 +110,30 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 ),
             })
         })?;
+        // The composite owns its protocol: a part's own fencing would settle
+        // tokens over single-node counters (created where missing), and
+        // parts that wait for replicas differently would make one round
+        // mean different things on different nodes.
+        if let Some(fenced) = locks.iter().find(|lock| lock.part_settings().0) {
+            return Err(Error::invalid(format!(
+                "lock {:?} on node {} was built with_fencing(): a {} settles its own tokens; \
+                 build its parts without fencing and call with_fencing() on the {}",
+                fenced.name(),
+                fenced.node().addr(),
+                P::NAME,
+                P::NAME
+            )));
+        }
+        let replica_sync = locks[0].part_settings().1;
+        if locks
+            .iter()
+            .any(|lock| lock.part_settings().1 != replica_sync)
+        {
+            return Err(Error::invalid(format!(
+                "the parts of a {} must share one replica-sync setting (with_replica_sync)",
+                P::NAME
+            )));
+        }
         Ok(QuorumLock {
             locks: locks.iter().map(|lock| lock.as_part_of(P::LABEL)).collect(),
             owner: None,
@@ -165,34 +189,44 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// This lock with fencing tokens ([`Guard::fencing_token`]).
     ///
     /// Each node keeps a counter, `redisson_lock_token:{name}`, with no
-    /// expiry (see [`Lock::with_fencing`] for why). A grant INCRs the counter
-    /// of its node if the counter exists there. Before the guard is returned,
-    /// the round settles the token: it raises every node's counter to the
-    /// highest INCR among its grants and reads what each node had; once a
-    /// quorum of nodes whose counter existed (or every node) has answered,
-    /// the token is made higher than every counter reported, and a quorum of
-    /// nodes is raised to it. A node whose counter is missing (it never saw
-    /// this lock fenced, or lost its data) does not count towards the
-    /// quorum that proves the token, and is seeded with the settled token
-    /// only, never with a lower value (which would count as a surviving
-    /// counter at the next settlement). Validity is checked again after the
+    /// expiry (see [`Lock::with_fencing`] for why). A won round settles
+    /// the token before it returns the guard: it reads every node's counter
+    /// (raising it to one above the highest counter its grants reported),
+    /// takes a value above every counter read, has a quorum of nodes hold
+    /// it (the *seal*), and checks, once every write of the seal landed,
+    /// that a quorum still holds it. Validity is checked again after the
     /// settlement.
     ///
-    /// A missing counter cannot be told from one lost with its node's data,
-    /// so a round that hears from fewer than a quorum of nodes with a
-    /// counter, and not from every node, hands out no token: it is lost
-    /// (and retried). The first fenced grant of a name therefore needs
-    /// every node to answer; from then on a quorum of nodes holds the
-    /// counter.
+    /// The client remembers, per node, the counters of the names it has
+    /// fenced. A node whose `run_id` changed, or whose counter is missing
+    /// or lower than last seen, has *restarted*: its counter proves nothing
+    /// until the client repaired it, which it does at once, in the
+    /// background (it watches the nodes of every name it has fenced, so an
+    /// idle client repairs too), raising the counter to the highest of
+    /// enough intact nodes. A token is proven when the settlement read
+    /// `nodes - quorum + 1` intact counters (they share a node with every
+    /// earlier seal).
     ///
-    /// **When tokens strictly increase:** across any two holders in grant
-    /// order, as long as, between the first holder's settlement and the
-    /// second's, not every node of the first settlement's quorum loses its
-    /// data. Any two quorums share a node, so the second settlement hears
-    /// the first token from a node that kept it. A minority of nodes
-    /// restarting empty, any number of times, keeps tokens increasing;
-    /// a majority losing its data at once can make them go back (as it can
-    /// let two holders in).
+    /// **When tokens strictly increase:** proven by the counters, as long
+    /// as at most `nodes - quorum` nodes lose their counters between two
+    /// completed repairs (2 of 5 for a RedLock; a MultiLock, every node of
+    /// which holds every token, needs one intact node), and fenced grants
+    /// go on while a quorum of intact nodes answers. The protocol is model-checked
+    /// (`src/fencing/model.rs`). **Beyond that** the information is gone,
+    /// and the token does not fall back: a round that cannot prove a token
+    /// waits until every node answers and then takes the wall-clock floor
+    /// (microseconds since the Unix epoch, and above every counter read),
+    /// logging a warning for a name this client had fenced. No earlier
+    /// token exceeds the floor unless the name was granted more than once
+    /// per microsecond, or clients' clocks disagree by more than the time
+    /// since the previous floor. A name's first fenced grant takes the
+    /// floor too, so it needs every node to answer.
+    ///
+    /// Build the parts without their own fencing: [`Client::red_lock`]
+    /// refuses parts made with [`Lock::with_fencing`] (their single-node
+    /// counters would count as witnesses).
+    ///
+    /// [`Client::red_lock`]: crate::Client::red_lock
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Self {
         Self {

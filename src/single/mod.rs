@@ -175,9 +175,13 @@ impl Lock {
     /// ones already used, so the protected resource would refuse its writes
     /// (or accept an old holder's). One small key per lock name is the
     /// price. A node that loses its data (a restart without persistence, a
-    /// failover to a replica that missed the INCR) loses the counter too: on
-    /// a single node tokens then start over, which is what
-    /// [`RedLock`](crate::RedLock)'s fencing is robust to.
+    /// failover to a replica that missed the INCR) loses the counter too.
+    /// Redisson's next token is then 1; here a missing counter starts at
+    /// the wall-clock floor (microseconds since the Unix epoch, created in
+    /// the same script), which no earlier token exceeds unless the name was
+    /// granted more than once per microsecond: tokens do not go back. A
+    /// counter restored lower (from a stale snapshot) is not detected on
+    /// one node; [`RedLock`](crate::RedLock)'s fencing repairs that too.
     ///
     /// # Examples
     ///
@@ -282,6 +286,15 @@ impl Lock {
             inner: Arc::new(inner),
             owner: self.owner.clone(),
         }
+    }
+
+    /// Whether the lock was built with its own (single-node) fencing, and
+    /// its replica sync: what a quorum lock checks of its parts.
+    pub(crate) fn part_settings(&self) -> (bool, Option<(u32, Duration)>) {
+        (
+            self.inner.fencing == Fencing::Single,
+            self.inner.replica_sync,
+        )
     }
 
     /// True when fencing tokens are on.

@@ -429,7 +429,10 @@ async fn a_rollback_that_overtakes_its_acquire_refuses_it() {
 
 /// Single-node fencing is Redisson's fenced lock: the counter
 /// `redisson_lock_token:{name}` is INCRed by every grant (re-entries
-/// included), and each guard carries the value it got.
+/// included), and each guard carries the value it got. One difference: a
+/// missing counter starts at the wall-clock floor (µs), not at 0, so a node
+/// that lost its data does not hand out tokens from 1 again; a counter a
+/// Redisson client already has is INCRed as it is.
 #[tokio::test]
 async fn single_node_fencing_tokens_follow_redisson() {
     let server = server().await;
@@ -446,18 +449,46 @@ async fn single_node_fencing_tokens_follow_redisson() {
         .unwrap()
     };
     let g1 = first.lock().await.unwrap();
-    assert_eq!(g1.fencing_token(), Some(1));
+    let t1 = g1.fencing_token().unwrap();
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    assert!(
+        t1.abs_diff(now_us) < 60_000_000,
+        "the first token {t1} is not the wall-clock floor (about {now_us})"
+    );
     let reentered = first.lock().await.unwrap();
-    assert_eq!(reentered.fencing_token(), Some(2), "a re-entry INCRs too");
-    assert_eq!(counter().await, 2);
+    assert_eq!(
+        reentered.fencing_token(),
+        Some(t1 + 1),
+        "a re-entry INCRs too"
+    );
+    assert_eq!(counter().await, t1 + 1);
     reentered.unlock().await.unwrap();
     g1.unlock().await.unwrap();
     let g2 = second.lock().await.unwrap();
-    assert_eq!(g2.fencing_token(), Some(3), "the next holder's is higher");
-    assert_eq!(counter().await, 3);
+    assert_eq!(
+        g2.fencing_token(),
+        Some(t1 + 2),
+        "the next holder's is higher"
+    );
+    assert_eq!(counter().await, t1 + 2);
     g2.unlock().await.unwrap();
+    // A counter a Redisson client left is INCRed as it is.
+    run::<()>(
+        &server.url(),
+        redis::cmd("SET")
+            .arg("redisson_lock_token:{fenced}")
+            .arg(41),
+    )
+    .await
+    .unwrap();
+    let g3 = second.lock().await.unwrap();
+    assert_eq!(g3.fencing_token(), Some(42));
+    g3.unlock().await.unwrap();
     // Unfenced locks carry no token and leave the counter alone.
     let plain = client().lock(&node, "fenced").unwrap();
     assert_eq!(plain.lock().await.unwrap().fencing_token(), None);
-    assert_eq!(counter().await, 3);
+    assert_eq!(counter().await, 42);
 }

@@ -1,0 +1,155 @@
+//! The background work of fencing, per node of a client: watching the node
+//! for restarts, and repairing the counters a restart cost it.
+//!
+//! Both tasks hold the client's book weakly (bb8's reaper pattern) and end
+//! with it. A restart is noticed when a new connection reports a new
+//! `run_id`: after a connection reports it was lost, the watch connects
+//! again as soon as the node answers, so a restart is seen within moments
+//! even while the client is idle. A repair reads the counter on every other
+//! node of the lock and raises the restarted node's to the highest of them
+//! ([`rules::repair_value`]), retrying until done: it does not wait for a
+//! grant to stumble on the missing counter, and it does not stop at a
+//! quorum.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use super::book::{WeakBook, Work};
+use super::rules::{self, CounterReport};
+use crate::node::Node;
+use crate::protocol::{self, Missing};
+
+/// First pause before retrying a repair or a reconnect; it doubles up to
+/// [`MAX_BACKOFF`]: short, because until this client has noticed and
+/// repaired a restarted node it cannot count it as a witness, even where
+/// another client repaired it already (a counter present after a restart
+/// may be a stale snapshot's). A connection attempt to a node that is down
+/// is refused at once; four a second cost it nothing.
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_millis(250);
+/// How often an idle watch checks the node's connections anyway (a lost
+/// connection it was not told about).
+const WATCH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Watches `node` for restarts while the client lives.
+pub(super) async fn watch(book: WeakBook, node: Node) {
+    let mut restarts = node.restarts();
+    loop {
+        tokio::select! {
+            changed = restarts.changed() => if changed.is_err() { return },
+            () = node.disconnected() => reconnect(&book, &node).await,
+            () = tokio::time::sleep(WATCH_INTERVAL) => {
+                // No I/O while the node's connections are healthy.
+                let _ = node.checkout_any().await;
+            }
+        }
+        let Some(book) = book.upgrade() else {
+            return;
+        };
+        book.node_restarted(&node);
+    }
+}
+
+/// After a lost connection: connect again as soon as the node answers (the
+/// new connection reports the server's `run_id`), backing off while it
+/// does not. Ends when connected, or the client is gone.
+async fn reconnect(book: &WeakBook, node: &Node) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        tokio::time::sleep(backoff).await;
+        if book.strong_count() == 0 || node.checkout_any().await.is_ok() {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Repairs one node's counters, until none is left to repair.
+pub(super) struct NodeRepairs {
+    pub(super) book: WeakBook,
+    pub(super) node: Node,
+}
+
+impl NodeRepairs {
+    pub(super) async fn run(self) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let work = match self.book.upgrade() {
+                Some(book) => {
+                    let work = book.unrepaired(&self.node);
+                    if work.is_empty() && book.repairs_done(&self.node) {
+                        return;
+                    }
+                    work
+                }
+                None => return,
+            };
+            let mut failed = false;
+            for work in &work {
+                failed |= !repair(&self.book, work).await;
+            }
+            if failed {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            } else {
+                backoff = FIRST_BACKOFF;
+            }
+        }
+    }
+}
+
+/// One repair: read the counter on every other node of the lock, and once
+/// enough witnesses (or every other node) answered, raise the restarted
+/// node's counter to the highest. Whether it is done.
+async fn repair(book: &WeakBook, work: &Work) -> bool {
+    let target = &work.part;
+    let others: Vec<_> = work
+        .group
+        .parts
+        .iter()
+        .filter(|lock| lock.node().id() != target.node().id())
+        .collect();
+    let reads = join_all(others.iter().map(|lock| async move {
+        let read = protocol::read_token(lock.keys());
+        let patience = lock.node().response_timeout();
+        let counter = tokio::time::timeout(patience, lock.node().run(lock.lane(), &read)).await;
+        counter.ok().and_then(Result::ok)
+    }))
+    .await;
+    let Some(fence_book) = book.upgrade() else {
+        return true;
+    };
+    let reports: Vec<CounterReport> = others
+        .iter()
+        .zip(reads)
+        .filter_map(|(lock, counter)| {
+            let counter = counter?;
+            Some(CounterReport {
+                value: counter,
+                intact: fence_book.observe(lock, &work.group, counter),
+            })
+        })
+        .collect();
+    drop(fence_book);
+    let nodes = work.group.parts.len();
+    let Some(value) = rules::repair_value(&reports, nodes, work.group.required) else {
+        tracing::debug!(lock = %target.name(), node = %target.node().addr(), "too few counters to repair from yet");
+        return false;
+    };
+    let written = match value {
+        Some(value) => {
+            let raise = protocol::raise_token(target.keys(), value, Missing::Seed);
+            let patience = target.node().response_timeout();
+            match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {
+                Ok(Ok(raised)) => Some(raised.after),
+                _ => return false,
+            }
+        }
+        None => None,
+    };
+    if let Some(book) = book.upgrade() {
+        book.repaired(work, written);
+    }
+    true
+}
