@@ -65,6 +65,10 @@ pub(super) struct Fenced {
     /// Start from a name fenced once (every counter at 1, seen by both
     /// clients) instead of a fresh one.
     pub(super) fenced_once: bool,
+    /// Let nodes crash beyond the guarantee's condition (more than
+    /// `nodes - required` impaired at once): tokens must still never go
+    /// back (the floor takes over), liveness is not claimed.
+    pub(super) beyond: bool,
 }
 
 impl Fenced {
@@ -311,9 +315,10 @@ impl Fenced {
         let trusted_up = (0..self.nodes)
             .filter(|&n| n != target && state.nodes[n].up && client.unrepaired & bit(n) == 0)
             .count();
+        let none_has_one = (0..self.nodes).all(|n| n == target || state.nodes[n].counter.is_none());
         state.nodes[target].up
             && (trusted_up >= rules::witnesses_needed(self.nodes, self.required())
-                || others_up + 1 == self.nodes)
+                || (others_up + 1 == self.nodes && none_has_one))
     }
 
     /// What a reply from `node` says of a restart (the Eager design
@@ -593,7 +598,11 @@ impl Fenced {
             }
             Phase::Reading { guess } => {
                 let reports = self.reports(&state.clients[client as usize], &answers);
-                let Some(settled) = rules::settle_token(&reports, nodes, required, guess, 0) else {
+                // The floor's assumption: the wall clock is past every
+                // token handed out.
+                let floor = state.last_token + 1;
+                let Some(settled) = rules::settle_token(&reports, nodes, required, guess, floor)
+                else {
                     return self.end_round(state, client);
                 };
                 let token = settled.token();
@@ -1048,7 +1057,7 @@ impl Model for Fenced {
                     self.impaired_count(state) + usize::from(!self.impaired(state, n));
                 if state.crashes_left > 0
                     && self.background_quiet(state)
-                    && impaired_after <= self.tolerated()
+                    && (self.beyond || impaired_after <= self.tolerated())
                 {
                     actions.push(Action::Crash(n as u8));
                 }

@@ -97,17 +97,28 @@ pub(crate) fn settle_token(
 
 /// What a repair writes on a node that lost its counter, from the
 /// counters of the other nodes: the highest of them, once enough
-/// witnesses answered (or every other node did). `Some(None)`: every other
-/// node answered and none has a counter, so there is nothing to restore.
-/// `None`: too little is known yet.
+/// witnesses answered. `Some(None)`: every other node answered and none
+/// has a counter, so there is nothing to restore. `None`: too little is
+/// known (yet, or for good: then a seal repairs the node).
 pub(crate) fn repair_value(
     others: &[CounterReport],
     nodes: usize,
     required: usize,
 ) -> Option<Option<u64>> {
     let witnesses = others.iter().filter(|r| r.is_witness()).count();
-    let enough = witnesses >= witnesses_needed(nodes, required) || others.len() + 1 >= nodes;
-    enough.then(|| others.iter().filter_map(|r| r.value).max())
+    let highest = others.iter().filter_map(|r| r.value).max();
+    if witnesses >= witnesses_needed(nodes, required) {
+        Some(highest)
+    } else if others.len() + 1 >= nodes && highest.is_none() {
+        Some(None)
+    } else {
+        // Too few witnesses: the highest counter present may be below an
+        // earlier token (its seal's nodes all lost theirs), and writing it
+        // would make this node a witness of a value that proves nothing.
+        // The node waits for more witnesses, or for a seal (the floor's,
+        // if it comes to that) to repair it.
+        None
+    }
 }
 
 /// Whether a node's counter says the node lost its data since this client
@@ -223,17 +234,25 @@ mod tests {
     }
 
     #[test]
-    fn a_repair_needs_witnesses_or_every_other_node() {
+    fn a_repair_needs_witnesses() {
         let others = [report(Some(9), true), report(Some(12), false)];
         assert_eq!(repair_value(&others, 5, 3), None);
         let enough = [
             report(Some(9), true),
             report(Some(12), false),
             report(Some(11), true),
-            report(None, true),
             report(Some(3), true),
         ];
-        assert_eq!(repair_value(&enough[..4], 5, 3), Some(Some(12)));
+        assert_eq!(repair_value(&enough, 5, 3), Some(Some(12)));
+        // Every other node answered, too few witnesses: the highest
+        // present (11) may be below an earlier token. No repair.
+        let lost = [
+            report(Some(9), true),
+            report(Some(12), false),
+            report(Some(11), true),
+            report(None, true),
+        ];
+        assert_eq!(repair_value(&lost, 5, 3), None);
         let empty = [report(None, true); 2];
         assert_eq!(repair_value(&empty, 3, 2), Some(None));
     }
