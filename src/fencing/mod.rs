@@ -110,11 +110,6 @@ mod tests {
     fn the_fenced_protocol_keeps_its_properties() {
         for bounds in bounds() {
             let checker = check(model(Design::Eager, &bounds), HasDiscoveries::AnyFailures);
-            eprintln!(
-                "{bounds}: {} states, depth {}",
-                checker.unique_state_count(),
-                checker.max_depth()
-            );
             for (name, path) in checker.discoveries() {
                 if !name.starts_with("a token handed out") {
                     panic!("{bounds}: {name}:\n{}", describe(path));
@@ -139,14 +134,19 @@ mod tests {
     fn the_model_finds_the_defects_of_the_lazy_design() {
         let lazy = model(Design::Lazy, "grants=1 crashes=3 rounds=1 repairs=0");
         let discoveries = check(lazy, HasDiscoveries::AllFailures).discoveries();
-        for (name, path) in &discoveries {
-            eprintln!("{name}:\n{}", describe(path.clone()));
-        }
+        let found: Vec<String> = discoveries
+            .iter()
+            .map(|(name, path)| format!("{name}:\n{}", describe(path.clone())))
+            .collect();
         for defect in [
             "a fenced grant stays possible while a quorum is intact",
             "tokens strictly increase",
         ] {
-            assert!(discoveries.contains_key(defect), "not found: {defect}");
+            assert!(
+                discoveries.contains_key(defect),
+                "not found: {defect}; found:\n{}",
+                found.join("\n")
+            );
         }
     }
 }

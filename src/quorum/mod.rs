@@ -212,7 +212,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// completed repairs (2 of 5 for a RedLock; a MultiLock, every node of
     /// which holds every token, needs one intact node), and fenced grants
     /// go on while a quorum of intact nodes answers. The protocol is model-checked
-    /// (`src/fencing/model.rs`). **Beyond that** the information is gone,
+    /// (`src/fencing/model/`). **Beyond that** the information is gone,
     /// and the token does not fall back: a round that cannot prove a token
     /// waits until every node answers and then takes the wall-clock floor
     /// (microseconds since the Unix epoch, and above every counter read),
