@@ -15,8 +15,11 @@
 //!   replication link a test can cut, restore, and fail over.
 //! - [`PollLimit`] and [`poll_until`] wait for a condition with a deadline,
 //!   [`FencedStore`] is a resource that checks fencing tokens,
-//!   [`TcpProxy`] drops connections silently (a NAT, a black-holed route),
-//!   and [`protocol`] builds the crate's own script calls.
+//!   [`TcpProxy`] adds latency per direction (fixed or jittered, to a
+//!   fraction of a millisecond), black-holes a direction, cuts chosen
+//!   connections or drops them silently (a NAT, a black-holed route),
+//!   [`protocol`] builds the crate's own script calls, and [`redisson`]
+//!   sends Redisson 3.24+'s lock protocol, as a foreign client would.
 //!
 //! ```no_run
 //! use multilock::testkit::{RedisProcess, TestServer};
@@ -40,6 +43,7 @@ mod poll;
 mod process;
 pub mod protocol;
 mod proxy;
+pub mod redisson;
 mod replicated;
 
 use std::io;
@@ -50,7 +54,7 @@ pub use fencing::FencedStore;
 pub use history::{FencedWrite, History, Hold, HoldId, Leftover, Violation, check, leftover_keys};
 pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;
-pub use proxy::TcpProxy;
+pub use proxy::{ConnectionId, Delay, Direction, ProxyConnection, TcpProxy};
 pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks};
 
 /// A Redis server under test, with the faults a test can inject.

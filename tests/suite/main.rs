@@ -14,6 +14,7 @@ mod hostile;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod node_failure;
+mod proxy;
 mod redlock;
 mod reentrancy;
 mod scenarios;
