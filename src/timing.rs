@@ -26,16 +26,11 @@ pub const MAX_LEASE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 
 /// How long an acquire whose reply nobody received may still be rolled
-/// back: its hold latch (which tells the rollback whether it was applied)
-/// lives this long at most, and the rollback gives up after it.
+/// back: a re-entry's hold latch (which tells the rollback whether it was
+/// applied) lives this long at most (the acquire script caps it at min(lease,
+/// 60 s), never longer than the key, so the latch never speaks for a later
+/// hold), and the rollback gives up after it.
 pub(crate) const ROLLBACK_WINDOW: Duration = Duration::from_secs(60);
-
-/// How long an acquire's hold latch lives: no longer than its lease (the
-/// key outlives it, so the latch never speaks for a later hold) nor than
-/// [`ROLLBACK_WINDOW`].
-pub(crate) fn hold_latch_ttl(lease: Duration) -> Duration {
-    lease.min(ROLLBACK_WINDOW)
-}
 
 /// Checks a lease (or watchdog timeout) given by the caller: from
 /// [`MIN_LEASE`] to [`MAX_LEASE`], for every lock type alike.

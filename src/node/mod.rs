@@ -83,7 +83,15 @@ struct NodeInner {
     filling: tokio::sync::Mutex<()>,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
+    /// Unlock latches of releases whose replies came, for the next release
+    /// on this node to delete (see `protocol::release`).
+    spent_latches: std::sync::Mutex<Vec<String>>,
 }
+
+/// The most spent latches one release deletes, and the most kept waiting:
+/// beyond that, they expire with their TTL.
+const SPENT_LATCHES_PER_RELEASE: usize = 8;
+const SPENT_LATCHES_KEPT: usize = 256;
 
 /// Builds a [`Node`]; see [`Node::builder`].
 #[derive(Clone)]
@@ -237,6 +245,7 @@ impl NodeBuilder {
                 turn: AtomicUsize::new(0),
                 filling: tokio::sync::Mutex::new(()),
                 response_timeout: self.response_timeout,
+                spent_latches: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -266,6 +275,25 @@ impl Node {
     /// The node's address, `host:port`, as shown in errors and logs.
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// Hands over the unlock latch of a release whose reply came: no retry
+    /// of it can follow, so the next release on this node deletes it.
+    pub(crate) fn spend_latch(&self, latch: String) {
+        let mut spent = self.inner.spent_latches.lock().unwrap();
+        if spent.len() < SPENT_LATCHES_KEPT {
+            spent.push(latch);
+        }
+    }
+
+    /// Spent latches for a release to delete, a few at a time.
+    pub(crate) fn take_spent_latches(&self) -> Vec<String> {
+        let mut spent = self.inner.spent_latches.lock().unwrap();
+        if spent.is_empty() {
+            return Vec::new();
+        }
+        let keep = spent.len().saturating_sub(SPENT_LATCHES_PER_RELEASE);
+        spent.split_off(keep)
     }
 
     /// The reply timeout this node was built with.

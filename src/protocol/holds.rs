@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{FromRedisValue, RedisResult, Script, Value};
+use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value};
 
 use super::{Acquired, Call, Fencing, Grant, LockKeys, Released};
 use crate::timing::{millis, ttl_from_pttl};
@@ -20,33 +20,49 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 // ---------------------------------------------------------------------------
 // Acquire
 
-/// KEYS[1] lock key, KEYS[2] this request's hold latch, KEYS[3] token counter.
-/// ARGV[1] lease (ms), ARGV[2] field, ARGV[3] hold latch TTL (ms), ARGV[4]
-/// fencing (0 off; 1 single: INCR, creating a missing counter at the
-/// floor ARGV[5] first; 2 a quorum's part: report the counter, if it
+/// KEYS[1] lock key, KEYS[2] this request's hold latch, KEYS[3] token
+/// counter (fenced only). ARGV[1] lease (ms), ARGV[2] field, ARGV[3]
+/// fencing (absent: off; 1 single: INCR, creating a missing counter at the
+/// floor ARGV[4] first; 2 a quorum's part: report the counter, if it
 /// exists, without writing it: the quorum settles the token).
 ///
 /// Grants when the key is absent or holds the field. A grant never shortens
-/// the key's TTL: it extends it to the lease only when less is left. The
-/// hold latch marks the request as applied for its rollback; if a rollback
-/// of this request ran first, the latch exists and the request is refused.
+/// the key's TTL: a re-entry extends it to the lease only when less is left.
 ///
-/// Every read and check comes before the first write, and the first write
-/// (HINCRBY) is the only one that can fail: Redis keeps what a script wrote
-/// before an error, so a key of the wrong type, a count or a counter that
-/// is no integer is refused with nothing changed.
+/// A fresh hold writes the hash and its TTL and nothing else, as Redisson's
+/// acquire does: its rollback knows it by the hold count. A re-entry also
+/// writes its hold latch (`granted`, for min(lease, 60 s), the rollback
+/// window), because there the count cannot tell a re-entry that was
+/// applied from one that was not. If a rollback of this request ran first,
+/// its tombstone is in the latch and the request is refused.
 ///
-/// Reply: `{0, pttl}` taken; `{1, ttl after, count after, token or -1}`
-/// granted; `{-1}` cancelled by a rollback that came first.
+/// The common case, a fresh unfenced hold, takes the first branch: one
+/// EXISTS over the lock and the latch (neither there), then Redisson's
+/// HINCRBY and PEXPIRE. Every other case reads and checks everything before
+/// its first write, and that write (HINCRBY) is the only one that can fail:
+/// Redis keeps what a script wrote before an error, so a key of the wrong
+/// type, a count or a counter that is no integer is refused with nothing
+/// changed.
+///
+/// Reply (the common one is Redisson's own): nil, a fresh hold granted
+/// unfenced (TTL = the lease, count 1); `{ttl after, count after, token or
+/// -1}` any other grant; an integer >= -1, taken, the key's PTTL; -3,
+/// cancelled by a rollback that came first.
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(super) const ACQUIRE_LUA: &str = r#"
-if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-    return {0, redis.call('pttl', KEYS[1])}
+if not ARGV[3] and redis.call('exists', KEYS[1], KEYS[2]) == 0 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+local exists = redis.call('exists', KEYS[1]) == 1
+if exists and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return redis.call('pttl', KEYS[1])
 end
 if redis.call('get', KEYS[2]) then
-    return {-1}
+    return -3
 end
-local fenced = ARGV[4] == '1' or (ARGV[4] == '2' and redis.call('exists', KEYS[3]) == 1)
+local fenced = ARGV[3] == '1' or (ARGV[3] == '2' and redis.call('exists', KEYS[3]) == 1)
 if fenced then
     local counter = redis.call('get', KEYS[3])
     if counter and not (string.match(counter, '^%d+$') and #counter < 19) then
@@ -54,97 +70,141 @@ if fenced then
     end
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('set', KEYS[2], 'granted', 'px', ARGV[3])
 local lease = tonumber(ARGV[1])
-local ttl = redis.call('pttl', KEYS[1])
-if ttl < lease then
+local ttl = lease
+if exists then
+    redis.call('set', KEYS[2], 'granted', 'px', math.min(lease, 60000))
+    ttl = redis.call('pttl', KEYS[1])
+    if ttl < lease then
+        redis.call('pexpire', KEYS[1], lease)
+        ttl = lease
+    end
+else
     redis.call('pexpire', KEYS[1], lease)
-    ttl = lease
 end
 local token = -1
-if ARGV[4] == '1' then
+if ARGV[3] == '1' then
     if redis.call('exists', KEYS[3]) == 0 then
-        redis.call('set', KEYS[3], ARGV[5])
+        redis.call('set', KEYS[3], ARGV[4])
     end
     token = redis.call('incr', KEYS[3])
 elseif fenced then
     token = tonumber(redis.call('get', KEYS[3]))
 end
-return {1, ttl, count, token}
+if not exists and token == -1 then
+    return nil
+end
+return {ttl, count, token}
 "#;
+
+/// The acquire's reply when a rollback of the same request ran first.
+const CANCELLED: i64 = -3;
 
 /// Acquire `keys` for `field` with `lease`, as hold `hold_id` (a fresh
 /// [`new_request_id`]; the hold's release and rollback name it again).
-/// `latch_ttl` bounds how long a rollback of this request can tell whether
-/// it was applied.
+///
+/// [`new_request_id`]: super::new_request_id
 pub(crate) fn acquire(
     keys: &LockKeys,
     field: &str,
     lease: Duration,
     hold_id: &str,
-    latch_ttl: Duration,
     fencing: Fencing,
 ) -> Call<Acquired> {
     let mut invocation = ACQUIRE.key(&*keys.name);
     invocation
         .key(keys.unlock_latch(hold_id))
-        .key(&keys.token)
         .arg(millis(lease))
-        .arg(field)
-        .arg(millis(latch_ttl).max(1))
-        .arg(fencing.arg())
-        .arg(match fencing {
-            // A counter lost with its node's data starts again above every
-            // token it had reached (the wall-clock floor), not at 1.
-            Fencing::Single => crate::timing::token_floor(),
-            _ => 0,
-        });
-    Call::script(invocation, |reply| {
-        let reply = Vec::<i64>::from_redis_value(reply)?;
-        Ok(match reply.as_slice() {
-            [1, ttl, count, token] => Acquired::Granted(Grant {
-                ttl: Duration::from_millis((*ttl).max(0) as u64),
+        .arg(field);
+    // Unfenced, the counter is neither named nor read: the common call
+    // carries only what it uses.
+    match fencing {
+        Fencing::Off => {}
+        // A counter lost with its node's data starts again above every
+        // token it had reached (the wall-clock floor), not at 1.
+        Fencing::Single => {
+            invocation
+                .key(&keys.token)
+                .arg(fencing.arg())
+                .arg(crate::timing::token_floor());
+        }
+        Fencing::Quorum => {
+            invocation.key(&keys.token).arg(fencing.arg());
+        }
+    }
+    Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
+}
+
+/// Reads an acquire's reply (see [`ACQUIRE`]).
+pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
+    Ok(match reply {
+        Value::Nil => Acquired::Granted(Grant {
+            ttl: None,
+            count: 1,
+            token: None,
+        }),
+        Value::Int(CANCELLED) => Acquired::Cancelled,
+        Value::Int(pttl) => Acquired::Taken(ttl_from_pttl(pttl)),
+        reply => match Vec::<i64>::from_redis_value(reply)?.as_slice() {
+            [ttl, count, token] => Acquired::Granted(Grant {
+                ttl: Some(Duration::from_millis((*ttl).max(0) as u64)),
                 count: (*count).max(0) as u64,
                 token: (*token >= 0).then_some(*token as u64),
             }),
-            [0, pttl] => Acquired::Taken(ttl_from_pttl(*pttl)),
-            _ => Acquired::Cancelled,
-        })
+            other => return Err(format!("unexpected acquire reply {other:?}").into()),
+        },
     })
 }
 
 // ---------------------------------------------------------------------------
 // Release and rollback
 
-/// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch.
-/// ARGV[1] field, ARGV[2] latch TTL (ms), ARGV[3] unlock message.
+/// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4..]
+/// latches of earlier releases to delete. ARGV[1] field, ARGV[2] latch TTL
+/// (ms), ARGV[3] unlock message, ARGV[4] `1` when this release was sent
+/// before (a retry).
 ///
 /// Idempotent: the result is kept in the hold's latch (Redisson's unlock
-/// latch), so a retried release returns the first result. A release that
-/// leaves the count above zero does not touch the TTL: the holds left keep
-/// what they were granted.
+/// latch), so a retried release returns the first result. Only a retry
+/// reads the latch: a release sent for the first time cannot find its own
+/// result. Redisson's client deletes its latch with a command of its own
+/// after the reply; we delete ours with the node's next release instead
+/// (KEYS[4..], in the DEL of the lock when it goes): the same work on the
+/// server, without a command on the wire, and no latch piles up for its
+/// TTL. A release that leaves the count above zero does not touch the TTL:
+/// the holds left keep what they were granted.
 ///
-/// Reads come first, and the first write (HINCRBY) is the only one that can
-/// fail, so a failed release changes nothing.
+/// Reads and checks come first, so a failed release changes nothing.
 ///
 /// Reply: the latched result when this release already ran; nil when the
 /// field is absent (not the holder); 0 when the count is still above zero;
 /// 1 when the key was deleted and `0` published.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) const RELEASE_LUA: &str = r#"
-local latched = redis.call('get', KEYS[3])
-if latched == '0' or latched == '1' then
-    return tonumber(latched)
+local latched = ARGV[4] == '1' and redis.call('get', KEYS[3])
+latched = (latched == '0' or latched == '1') and tonumber(latched)
+local count = false
+if not latched then
+    count = redis.call('hget', KEYS[1], ARGV[1])
+    if count and not tonumber(count) then
+        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
+    end
 end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-    redis.call('del', KEYS[3])
-    return nil
-end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if latched or not count or tonumber(count) > 1 then
+    if #KEYS > 3 then
+        redis.call('del', unpack(KEYS, 4))
+    end
+    if latched then
+        return latched
+    end
+    if not count then
+        return nil
+    end
+    redis.call('hincrby', KEYS[1], ARGV[1], -1)
     redis.call('set', KEYS[3], 0, 'px', ARGV[2])
     return 0
 end
-redis.call('del', KEYS[1])
+redis.call('del', KEYS[1], unpack(KEYS, 4))
 redis.call('publish', KEYS[2], ARGV[3])
 redis.call('set', KEYS[3], 1, 'px', ARGV[2])
 return 1
@@ -158,28 +218,48 @@ fn decode_released(reply: Value) -> RedisResult<Released> {
     })
 }
 
-/// Release hold `hold_id` of `field`, idempotently: resent, it returns the
-/// first result.
-pub(crate) fn release(keys: &LockKeys, field: &str, hold_id: &str) -> Call<Released> {
+/// Release the hold whose latch is `latch` (its [`LockKeys::unlock_latch`])
+/// of `field`, idempotently: sent again as a `retry`, it returns the first
+/// result. `spent`: latches of earlier releases on this node whose replies
+/// came, deleted on the way (none of them can be retried any more).
+pub(crate) fn release(
+    keys: &LockKeys,
+    field: &str,
+    latch: &str,
+    spent: impl IntoIterator<Item = String>,
+    retry: bool,
+) -> Call<Released> {
     let mut invocation = RELEASE.key(&*keys.name);
+    invocation.key(&keys.channel).key(latch);
+    for spent in spent {
+        invocation.key(spent);
+    }
     invocation
-        .key(&keys.channel)
-        .key(keys.unlock_latch(hold_id))
         .arg(field)
         .arg(UNLOCK_LATCH_TTL_MS)
         .arg(UNLOCK_MESSAGE);
+    if retry {
+        invocation.arg(1);
+    }
     Call::script(invocation, decode_released)
 }
 
 /// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the request's hold latch.
-/// ARGV[1] field, ARGV[2] tombstone TTL (ms), ARGV[3] unlock message.
+/// ARGV[1] field, ARGV[2] tombstone TTL (ms), ARGV[3] unlock message,
+/// ARGV[4] the holds of the field this client knows of on this node.
 ///
-/// Undoes an acquire whose reply nobody received: releases one hold of the
-/// field only if that very request was granted (its latch says `granted`),
-/// so a request that never ran cannot lower another hold of the same owner.
+/// Undoes an acquire whose reply nobody received, only if that very request
+/// was applied, so a request that never ran cannot lower another hold of
+/// the same owner:
+/// - its latch says `granted`: it was applied as a re-entry;
+/// - no latch, and the field holds more than the client knows of: it was
+///   applied as a fresh hold (a fresh hold writes no latch). The client
+///   counts its holds and records this rollback under one lock, so a grant
+///   of its own still in flight is not mistaken for this one (it is not
+///   trusted; see `Watchdogs::begin_guessing_rollback`).
+///
 /// Either way the latch becomes a tombstone (`cancelled`), which refuses the
 /// request if it arrives later and makes a retried rollback do nothing.
-///
 /// Reads and checks come first (a failed rollback changes nothing).
 ///
 /// Reply: nil when nothing was undone; 0 or 1 as for a release.
@@ -191,7 +271,10 @@ if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
 end
 redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
-if latch ~= 'granted' or not count then
+if not count then
+    return nil
+end
+if latch ~= 'granted' and (latch or tonumber(count) <= tonumber(ARGV[4])) then
     return nil
 end
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
@@ -203,12 +286,14 @@ return 1
 "#;
 
 /// Roll back acquire request `hold_id` of `field`: undo it if it was
-/// granted, refuse it if it comes later. `tombstone_ttl`: at least as long
-/// as the request's latch TTL.
+/// applied, refuse it if it comes later. `known_holds`: the holds of
+/// `field` on this node the client has on record. `tombstone_ttl`: at
+/// least as long as the request's latch TTL.
 pub(crate) fn rollback(
     keys: &LockKeys,
     field: &str,
     hold_id: &str,
+    known_holds: u64,
     tombstone_ttl: Duration,
 ) -> Call<Released> {
     let mut invocation = ROLLBACK.key(&*keys.name);
@@ -217,7 +302,8 @@ pub(crate) fn rollback(
         .key(keys.unlock_latch(hold_id))
         .arg(field)
         .arg(millis(tombstone_ttl).max(1))
-        .arg(UNLOCK_MESSAGE);
+        .arg(UNLOCK_MESSAGE)
+        .arg(known_holds);
     Call::script(invocation, decode_released)
 }
 

@@ -22,7 +22,9 @@ mod fencing;
 mod holds;
 
 pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};
-pub(crate) use holds::{acquire, extend, force_unlock, release, renew_batch, rollback};
+pub(crate) use holds::{
+    acquire, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
+};
 
 /// One request of the protocol and how to read its reply.
 pub(crate) struct Call<R> {
@@ -139,14 +141,22 @@ pub(crate) enum Acquired {
 pub(crate) struct Grant {
     /// The key's TTL right after the grant: at least the lease asked for
     /// (a grant never shortens a hold), more when an earlier hold of the
-    /// same owner asked for longer.
-    pub(crate) ttl: Duration,
+    /// same owner asked for longer. `None`: exactly the lease (a fresh
+    /// hold, whose reply is Redisson's bare nil).
+    pub(crate) ttl: Option<Duration>,
     /// The owner's hold count after the grant: 1 for a fresh hold.
     pub(crate) count: u64,
     /// The fencing counter: after the grant's INCR (a fenced lock), or as
     /// the grant found it (a part of a fenced quorum lock, when it exists).
     /// See [`Fencing`].
     pub(crate) token: Option<u64>,
+}
+
+impl Grant {
+    /// The key's TTL right after a grant that asked for `lease`.
+    pub(crate) fn ttl(&self, lease: Duration) -> Duration {
+        self.ttl.unwrap_or(lease)
+    }
 }
 
 /// What a release request did.
@@ -245,6 +255,17 @@ pub(crate) fn load_scripts() -> redis::Pipeline {
 mod tests {
     use super::*;
 
+    /// The acquire script caps a re-entry's hold latch at the rollback
+    /// window, written out in its Lua.
+    #[test]
+    fn the_hold_latch_lives_at_most_the_rollback_window() {
+        let cap = format!(
+            "math.min(lease, {})",
+            crate::timing::ROLLBACK_WINDOW.as_millis()
+        );
+        assert!(holds::ACQUIRE_LUA.contains(&cap), "{cap}");
+    }
+
     #[test]
     fn key_names_follow_redisson() {
         let keys = LockKeys::new("orders:42");
@@ -273,31 +294,46 @@ mod tests {
     fn replies_decode() {
         let keys = LockKeys::new("x");
         let second = Duration::from_secs(1);
-        let call = acquire(&keys, "f", second, "r", second, Fencing::Off);
+        let call = acquire(&keys, "f", second, "r", Fencing::Off);
         let ints = |v: &[i64]| Value::Array(v.iter().map(|i| Value::Int(*i)).collect());
+        // Redisson's own reply to a fresh grant: the lease, one hold.
+        let fresh = call.decode(Value::Nil).unwrap();
         assert_eq!(
-            call.decode(ints(&[1, 1500, 2, -1])).unwrap(),
+            fresh,
             Acquired::Granted(Grant {
-                ttl: Duration::from_millis(1500),
+                ttl: None,
+                count: 1,
+                token: None
+            })
+        );
+        let Acquired::Granted(grant) = fresh else {
+            unreachable!()
+        };
+        assert_eq!(grant.ttl(second), second);
+        assert_eq!(
+            call.decode(ints(&[1500, 2, -1])).unwrap(),
+            Acquired::Granted(Grant {
+                ttl: Some(Duration::from_millis(1500)),
                 count: 2,
                 token: None
             })
         );
         assert_eq!(
-            call.decode(ints(&[1, 1000, 1, 7])).unwrap(),
+            call.decode(ints(&[1000, 1, 7])).unwrap(),
             Acquired::Granted(Grant {
-                ttl: second,
+                ttl: Some(second),
                 count: 1,
                 token: Some(7)
             })
         );
         assert_eq!(
-            call.decode(ints(&[0, 1500])).unwrap(),
+            call.decode(Value::Int(1500)).unwrap(),
             Acquired::Taken(Some(Duration::from_millis(1500)))
         );
-        assert_eq!(call.decode(ints(&[0, -1])).unwrap(), Acquired::Taken(None));
-        assert_eq!(call.decode(ints(&[-1])).unwrap(), Acquired::Cancelled);
-        let release = release(&keys, "f", "r");
+        assert_eq!(call.decode(Value::Int(-1)).unwrap(), Acquired::Taken(None));
+        assert_eq!(call.decode(Value::Int(-3)).unwrap(), Acquired::Cancelled);
+        assert!(call.decode(ints(&[1, 2])).is_err());
+        let release = release(&keys, "f", &keys.unlock_latch("r"), None, false);
         assert_eq!(release.decode(Value::Nil).unwrap(), Released::NotHeld);
         assert_eq!(release.decode(Value::Int(0)).unwrap(), Released::StillHeld);
         assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);

@@ -208,9 +208,10 @@ impl Lock {
             .send_acquire(field.clone(), hold_id.clone(), lease, sent_at);
         let sent = FinishOnDrop::new(request, |sent| sent.settle().boxed()).await;
         let may_hold = sent.may_hold();
+        let asked = self.lease(lease);
         let outcome = match &sent.reply {
             Ok(Acquired::Granted(grant))
-                if timing::validity(grant.ttl, sent.replied_at - sent_at).is_some() =>
+                if timing::validity(grant.ttl(asked), sent.replied_at - sent_at).is_some() =>
             {
                 Some(metrics::AttemptOutcome::Granted)
             }
@@ -223,7 +224,7 @@ impl Lock {
         }
         match sent.reply {
             Ok(Acquired::Granted(grant))
-                if timing::validity(grant.ttl, sent.replied_at - sent_at).is_none() =>
+                if timing::validity(grant.ttl(asked), sent.replied_at - sent_at).is_none() =>
             {
                 // The reply came after the TTL it set could have run out (the
                 // node, or this process, was stalled): the key may already
@@ -238,7 +239,7 @@ impl Lock {
                 let record = GrantRecord {
                     sent_at,
                     replied_at: sent.replied_at,
-                    ttl: grant.ttl,
+                    ttl: grant.ttl(asked),
                     count: grant.count,
                 };
                 let registration = self.inner.core.watchdogs.register(
@@ -248,6 +249,11 @@ impl Lock {
                     record,
                     self.renewal(lease, sent_at),
                 );
+                let Some(registration) = registration else {
+                    // A rollback of this owner's may have undone it.
+                    tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
+                    return Ok(Attempt::Expired);
+                };
                 Ok(Attempt::Granted(HeldPart::new(
                     self.clone(),
                     field,
@@ -308,7 +314,6 @@ impl Lock {
             &sent.field,
             lease,
             &sent.hold_id,
-            timing::hold_latch_ttl(lease),
             lock.inner.fencing,
         );
         sent.undo.sent = true;
@@ -353,7 +358,8 @@ impl Lock {
         if acknowledged >= replicas {
             return Ok(());
         }
-        let release = protocol::release(&self.inner.keys, field, hold_id);
+        let latch = self.inner.keys.unlock_latch(hold_id);
+        let release = protocol::release(&self.inner.keys, field, &latch, None, false);
         let released = self
             .traced_release(conn.run_patiently(&release, self.inner.node.response_timeout()))
             .await;
@@ -426,12 +432,24 @@ impl Undo {
     /// no longer tell, and the grant, if there was one, ends with its lease.
     async fn roll_back(self, lock: Lock, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
         let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
-        let rollback = protocol::rollback(lock.keys(), &field, &hold_id, timing::ROLLBACK_WINDOW);
         let node = lock.node().clone();
         let patience = node.response_timeout();
         let mut conn = self.conn;
         let mut backoff = Duration::from_millis(50);
         loop {
+            // Counted afresh for every try: holds taken meanwhile count.
+            let known_holds = lock.inner.core.watchdogs.begin_guessing_rollback(
+                &node,
+                &lock.inner.keys.name,
+                &field,
+            );
+            let rollback = protocol::rollback(
+                lock.keys(),
+                &field,
+                &hold_id,
+                known_holds,
+                timing::ROLLBACK_WINDOW,
+            );
             let attempt = match conn.take() {
                 Some(mut conn) => conn.run_patiently(&rollback, patience).await,
                 None => node.run(lock.lane(), &rollback).await,

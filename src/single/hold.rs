@@ -259,7 +259,11 @@ impl Lock {
     /// The caller waits for one retry; more go on in the background until
     /// the node answers, within [`timing::ROLLBACK_WINDOW`].
     async fn release_hold(&self, field: &str, hold_id: &str) -> Result<Released> {
-        let release = protocol::release(self.keys(), field, hold_id);
+        let latch = self.keys().unlock_latch(hold_id);
+        let spent = self.node().take_spent_latches();
+        let first = protocol::release(self.keys(), field, &latch, spent, false);
+        // Sent again, it reads the latch the first one may have written.
+        let retry = protocol::release(self.keys(), field, &latch, None, true);
         let sent_at = Instant::now();
         self.traced_release(async {
             let mut conn = match self.node().checkout(self.lane()).await {
@@ -267,22 +271,29 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    tokio::spawn(finish_release(self.clone(), None, release, sent_at));
+                    tokio::spawn(finish_release(self.clone(), None, retry, sent_at));
                     return Err(err);
                 }
             };
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                match conn.run(&release).await {
-                    Err(err) if err.outcome_unknown() && tries < 2 => {}
-                    Err(err) if err.outcome_unknown() => {
-                        tokio::spawn(finish_release(self.clone(), Some(conn), release, sent_at));
-                        break Err(err);
+            let reply = match conn.run(&first).await {
+                Err(err) if err.outcome_unknown() => conn.run(&retry).await,
+                reply => {
+                    // Answered at the first try: nothing can resend it, so
+                    // its latch has served. After a retry the first send
+                    // might still be on its way (a frozen node): that latch
+                    // is left to expire.
+                    if reply.is_ok() {
+                        self.node().spend_latch(latch);
                     }
-                    reply => break reply,
+                    return reply;
                 }
+            };
+            if let Err(err) = &reply
+                && err.outcome_unknown()
+            {
+                tokio::spawn(finish_release(self.clone(), Some(conn), retry, sent_at));
             }
+            reply
         })
         .await
     }
@@ -344,11 +355,12 @@ mod tests {
             ttl: Duration::from_secs(30),
             count: 1,
         };
-        let registration =
-            lock.inner
-                .core
-                .watchdogs
-                .register(&node, &"k".into(), &field, grant, Renewal::None);
+        let registration = lock
+            .inner
+            .core
+            .watchdogs
+            .register(&node, &"k".into(), &field, grant, Renewal::None)
+            .unwrap();
         let watchdog = registration.watchdog();
         let part = HeldPart::new(lock, field, "hold".into(), None, registration, None);
         let renewal = watchdog.renewal_under_way().await;

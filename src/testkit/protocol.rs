@@ -10,11 +10,11 @@
 //!
 //! # async fn demo(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
 //! let field = protocol::field("6f1c0e9a-client", "worker-1");
-//! // nil: granted, as the crate's own acquire would be.
-//! let reply: Vec<i64> = protocol::acquire("orders:42", &field, Duration::from_secs(30), "hold-1")
-//!     .invoke_async(conn)
-//!     .await?;
-//! assert_eq!(reply[0], 1, "granted, as the crate's own acquire would be");
+//! let reply: protocol::AcquireReply =
+//!     protocol::acquire("orders:42", &field, Duration::from_secs(30), "hold-1")
+//!         .invoke_async(conn)
+//!         .await?;
+//! assert!(matches!(reply, protocol::AcquireReply::Granted { count: 1, .. }));
 //! # Ok(()) }
 //! ```
 
@@ -61,10 +61,42 @@ pub fn unlock_latch(name: &str, request_id: &str) -> String {
     LockKeys::new(name).unlock_latch(request_id)
 }
 
+/// What the acquire script answered, read as the crate reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// Granted (or re-entered).
+    Granted {
+        /// The key's TTL after the grant; `None`: exactly the lease asked
+        /// for (a fresh hold: the reply is Redisson's bare nil).
+        ttl: Option<Duration>,
+        /// The owner's hold count after the grant.
+        count: u64,
+        /// The fencing token, when fenced.
+        token: Option<u64>,
+    },
+    /// Held by someone else, with the key's remaining TTL when it has one.
+    Taken(Option<Duration>),
+    /// Refused: a rollback of this very request ran first.
+    Cancelled,
+}
+
+impl redis::FromRedisValue for AcquireReply {
+    fn from_redis_value(reply: redis::Value) -> Result<Self, redis::ParsingError> {
+        Ok(match wire::parse_acquired(reply)? {
+            wire::Acquired::Granted(grant) => AcquireReply::Granted {
+                ttl: grant.ttl,
+                count: grant.count,
+                token: grant.token,
+            },
+            wire::Acquired::Taken(ttl) => AcquireReply::Taken(ttl),
+            wire::Acquired::Cancelled => AcquireReply::Cancelled,
+        })
+    }
+}
+
 /// The acquire script call, as hold `hold_id` (any unique string; its
-/// release and rollback name it again). Reply: `{1, ttl after, count after,
-/// -1}` when granted, `{0, pttl}` when taken, `{-1}` when a rollback of this
-/// request came first.
+/// release and rollback name it again). Read its reply as an
+/// [`AcquireReply`].
 pub fn acquire(
     name: &str,
     field: &str,
@@ -72,19 +104,11 @@ pub fn acquire(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        timing::hold_latch_ttl(lease),
-        Fencing::Off,
-    ))
+    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Off))
 }
 
 /// The fenced acquire of a single-node lock (Redisson's fenced lock: the
-/// counter is INCRed on every grant). Reply as [`acquire`], with the token
-/// in place of -1.
+/// counter is INCRed on every grant). Reply as [`acquire`], with the token.
 pub fn acquire_fenced(
     name: &str,
     field: &str,
@@ -92,18 +116,11 @@ pub fn acquire_fenced(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        timing::hold_latch_ttl(lease),
-        Fencing::Single,
-    ))
+    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Single))
 }
 
 /// The acquire of one part of a fenced multi-node lock: the counter is
-/// INCRed only where it exists (the quorum lock settles the token). Reply
+/// read only where it exists (the quorum lock settles the token). Reply
 /// as [`acquire_fenced`].
 pub fn acquire_quorum_fenced(
     name: &str,
@@ -112,14 +129,7 @@ pub fn acquire_quorum_fenced(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        timing::hold_latch_ttl(lease),
-        Fencing::Quorum,
-    ))
+    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Quorum))
 }
 
 /// The extend script call: `field`'s hold of `name` lives at least `lease`
@@ -128,21 +138,60 @@ pub fn extend(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'sta
     script(wire::extend(&LockKeys::new(name), field, lease))
 }
 
-/// The release script call of hold `hold_id`. Reply: nil (not held), 0
-/// (still held) or 1 (deleted and published); a retry returns the first
-/// result.
+/// The release script call of hold `hold_id`, sent for the first time.
+/// Reply: nil (not held), 0 (still held) or 1 (deleted and published).
 pub fn release(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
-    script(wire::release(&LockKeys::new(name), field, hold_id))
+    release_deleting(name, field, hold_id, [])
+}
+
+/// The release of hold `hold_id` sent again (its reply was lost): it
+/// returns the first one's result. Reply as [`release`].
+pub fn release_retry(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(wire::release(
+        &keys,
+        field,
+        &keys.unlock_latch(hold_id),
+        None,
+        true,
+    ))
+}
+
+/// The release script call of hold `hold_id`, deleting on the way the
+/// latches of earlier releases (`spent`: their [`unlock_latch`]es), as the
+/// crate's releases do. Reply as [`release`].
+pub fn release_deleting(
+    name: &str,
+    field: &str,
+    hold_id: &str,
+    spent: impl IntoIterator<Item = String>,
+) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(wire::release(
+        &keys,
+        field,
+        &keys.unlock_latch(hold_id),
+        spent,
+        false,
+    ))
 }
 
 /// The rollback of acquire request `hold_id`: undoes it only if it was
-/// granted, and refuses it if it arrives later. Reply: nil when nothing was
-/// undone, else as [`release`].
-pub fn rollback(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
+/// applied, and refuses it if it arrives later. `known_holds`: the holds of
+/// `field` on this server its client has on record (a fresh hold, which
+/// writes no latch, is known to be this request's when the server counts
+/// more). Reply: nil when nothing was undone, else as [`release`].
+pub fn rollback(
+    name: &str,
+    field: &str,
+    hold_id: &str,
+    known_holds: u64,
+) -> ScriptInvocation<'static> {
     script(wire::rollback(
         &LockKeys::new(name),
         field,
         hold_id,
+        known_holds,
         timing::ROLLBACK_WINDOW,
     ))
 }

@@ -78,6 +78,9 @@ struct Entries {
     /// The running timer's number, if one runs.
     timer: Option<u64>,
     timers_started: u64,
+    /// Rollbacks that may have undone a fresh hold by its count (see
+    /// [`Watchdogs::begin_guessing_rollback`]), with when each was sent.
+    guessing: Vec<(EntryKey, Instant)>,
 }
 
 impl Entries {
@@ -142,6 +145,10 @@ impl Watchdogs {
     /// Records a hold of `key`/`field` on `node` granted as `grant`, renewed
     /// by the watchdog as `renewal` says. Call right after the grant, with
     /// no await in between.
+    ///
+    /// `None`: not recorded, because a rollback that may have undone this
+    /// very grant was sent after it ([`Watchdogs::begin_guessing_rollback`]);
+    /// the caller must roll it back and not trust it.
     pub(crate) fn register(
         &self,
         node: &Node,
@@ -149,12 +156,22 @@ impl Watchdogs {
         field: &Arc<str>,
         grant: GrantRecord,
         renewal: Renewal,
-    ) -> Registration {
+    ) -> Option<Registration> {
         // Registered while the map is locked (then the entries: the order
         // `prune_if_empty` takes them in), so a watchdog being pruned at this
         // moment cannot take this hold with it out of the map.
         let mut by_node = self.by_node.lock().unwrap();
-        let dog = match by_node.iter().find(|dog| dog.node.id() == node.id()) {
+        let dog = self.dog_in(&mut by_node, node);
+        let key = EntryKey {
+            lock: key.clone(),
+            field: field.clone(),
+        };
+        dog.register(key, grant, renewal)
+    }
+
+    /// `node`'s watchdog in `by_node`, made if it has none.
+    fn dog_in(&self, by_node: &mut Vec<Arc<NodeWatchdog>>, node: &Node) -> Arc<NodeWatchdog> {
+        match by_node.iter().find(|dog| dog.node.id() == node.id()) {
             Some(dog) => dog.clone(),
             None => {
                 let dog = Arc::new(NodeWatchdog {
@@ -167,12 +184,45 @@ impl Watchdogs {
                 by_node.push(dog.clone());
                 dog
             }
-        };
+        }
+    }
+
+    /// Records that a rollback of an acquire of `key`/`field` on `node` is
+    /// about to be sent, and returns the holds of that field the client has
+    /// on record there (the rollback's `known_holds`).
+    ///
+    /// The rollback undoes a fresh hold when the server counts more holds
+    /// than that; a grant of the same field that was still in flight when
+    /// the holds were counted could be the one it undoes. Both happen under
+    /// the lock `register` takes, so such a grant either is counted or finds
+    /// this record and is refused by `register` (it is then rolled back and
+    /// tried again, never trusted).
+    pub(crate) fn begin_guessing_rollback(
+        &self,
+        node: &Node,
+        key: &Arc<str>,
+        field: &Arc<str>,
+    ) -> u64 {
         let key = EntryKey {
             lock: key.clone(),
             field: field.clone(),
         };
-        dog.register(key, grant, renewal)
+        // The map, then the entries, as `register` and `prune_if_empty`
+        // take them: the record cannot land in a watchdog being pruned.
+        let mut by_node = self.by_node.lock().unwrap();
+        let dog = self.dog_in(&mut by_node, node);
+        let now = Instant::now();
+        let mut entries = dog.entries.lock().unwrap();
+        drop(by_node);
+        entries
+            .guessing
+            .retain(|(_, at)| now.saturating_duration_since(*at) < timing::ROLLBACK_WINDOW);
+        entries.guessing.push((key.clone(), now));
+        entries
+            .by_lock
+            .get(&key)
+            .filter(|entry| !entry.standing.borrow().gone)
+            .map_or(0, |entry| entry.holds as u64)
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.
@@ -188,10 +238,19 @@ impl NodeWatchdog {
         key: EntryKey,
         grant: GrantRecord,
         renewal: Renewal,
-    ) -> Registration {
+    ) -> Option<Registration> {
         let trusted_until = timing::trusted_until(grant.sent_at, grant.ttl);
         let expired_by = timing::surely_expired_at(grant.replied_at, grant.ttl);
         let mut entries = self.entries.lock().unwrap();
+        if !entries.guessing.is_empty()
+            && entries
+                .guessing
+                .iter()
+                .any(|(guessed, at)| *at >= grant.sent_at && *guessed == key)
+        {
+            tracing::debug!(lock = %key.lock, "a rollback sent after this grant may have undone it: not trusted");
+            return None;
+        }
         let fresh = || Entry {
             holds: 0,
             renew_until: Vec::new(),
@@ -248,7 +307,7 @@ impl NodeWatchdog {
                 .run(),
             );
         }
-        Registration {
+        Some(Registration {
             record: Record {
                 dog: self.clone(),
                 key,
@@ -256,7 +315,7 @@ impl NodeWatchdog {
             },
             renewal,
             stopped: false,
-        }
+        })
     }
 
     /// Waits until no renewal call is under way on this node.
@@ -364,6 +423,7 @@ impl NodeWatchdog {
         let entries = self.entries.lock().unwrap();
         if entries.by_lock.is_empty()
             && entries.timer.is_none()
+            && entries.guessing.is_empty()
             && let Some(at) = by_node.iter().position(|dog| Arc::ptr_eq(dog, self))
         {
             by_node.swap_remove(at);
@@ -452,20 +512,24 @@ mod tests {
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
         let t0 = Instant::now();
-        let outer = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(t0, 1_000, 1),
-            Renewal::None,
-        );
-        let inner = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(t0, 20_000, 2),
-            Renewal::None,
-        );
+        let outer = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(t0, 1_000, 1),
+                Renewal::None,
+            )
+            .unwrap();
+        let inner = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(t0, 20_000, 2),
+                Renewal::None,
+            )
+            .unwrap();
         let extended = timing::trusted_until(t0, Duration::from_secs(20));
         assert_eq!(outer.record().trusted_until(), Some(extended));
         drop(inner);
@@ -477,27 +541,97 @@ mod tests {
         assert_eq!(outer.record().trusted_until(), Some(extended));
     }
 
+    /// A rollback that may undo a fresh hold by its count is told the holds
+    /// on record; a grant of the same field that was in flight when it was
+    /// sent is then not trusted (it could be the hold the rollback undid),
+    /// while one sent after it is.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_in_flight_during_a_guessing_rollback_is_not_trusted() {
+        let watchdogs = Watchdogs::new(Duration::from_secs(30));
+        let node = Node::new("redis://127.0.0.1:1").unwrap();
+        let (key, field): (Arc<str>, Arc<str>) = ("k".into(), "c:o".into());
+        let outer = watchdogs
+            .register(
+                &node,
+                &key,
+                &field,
+                grant(Instant::now(), 10_000, 1),
+                Renewal::None,
+            )
+            .unwrap();
+        let in_flight = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let known = watchdogs.begin_guessing_rollback(&node, &key, &field);
+        assert_eq!(known, 1, "the outer hold is on record");
+        let other: Arc<str> = "c:other".into();
+        assert!(
+            watchdogs
+                .register(
+                    &node,
+                    &key,
+                    &other,
+                    grant(in_flight, 10_000, 1),
+                    Renewal::None
+                )
+                .is_some(),
+            "another owner's grant is not concerned"
+        );
+        assert!(
+            watchdogs
+                .register(
+                    &node,
+                    &key,
+                    &field,
+                    grant(in_flight, 10_000, 2),
+                    Renewal::None
+                )
+                .is_none(),
+            "a grant sent before the rollback may be the hold it undid"
+        );
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let later = watchdogs.register(
+            &node,
+            &key,
+            &field,
+            grant(Instant::now(), 10_000, 2),
+            Renewal::None,
+        );
+        assert!(later.is_some(), "a grant sent after it is trusted");
+        drop(outer);
+        assert_eq!(
+            watchdogs.begin_guessing_rollback(&node, &key, &field),
+            1,
+            "the re-entry registered last is still held"
+        );
+        // The record keeps the node's watchdog while it matters.
+        assert_eq!(watchdogs.nodes(), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_fresh_grant_proves_an_older_hold_over() {
         let watchdogs = Watchdogs::new(Duration::from_secs(30));
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
-        let old = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(Instant::now(), 200, 1),
-            Renewal::None,
-        );
+        let old = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(Instant::now(), 200, 1),
+                Renewal::None,
+            )
+            .unwrap();
         tokio::time::advance(Duration::from_millis(150)).await;
         // Granted as count 1: the old hold's key expired (or was deleted).
-        let new = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(Instant::now(), 10_000, 1),
-            Renewal::None,
-        );
+        let new = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(Instant::now(), 10_000, 1),
+                Renewal::None,
+            )
+            .unwrap();
         assert!(old.record().is_over());
         assert_eq!(old.record().trusted_until(), None);
         assert!(!new.record().is_over());
@@ -517,20 +651,24 @@ mod tests {
         // Two acquires in flight at once: the re-entry's reply (count 2)
         // arrives first, then the fresh grant's (count 1).
         tokio::time::advance(Duration::from_millis(5)).await;
-        let second = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(Instant::now(), 1_000, 2),
-            Renewal::None,
-        );
-        let first = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(sent_together, 1_000, 1),
-            Renewal::None,
-        );
+        let second = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(Instant::now(), 1_000, 2),
+                Renewal::None,
+            )
+            .unwrap();
+        let first = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(sent_together, 1_000, 1),
+                Renewal::None,
+            )
+            .unwrap();
         assert!(!second.record().is_over() && !first.record().is_over());
     }
 
@@ -543,13 +681,15 @@ mod tests {
         let watchdogs = Watchdogs::new(timeout);
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
-        let hold = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(Instant::now(), 30_000, 1),
-            Renewal::Until(None),
-        );
+        let hold = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(Instant::now(), 30_000, 1),
+                Renewal::Until(None),
+            )
+            .unwrap();
         drop(hold);
         assert_eq!(watchdogs.nodes(), 1, "kept while its timer runs");
         // Paused clock: the timer ticks (idle: it ends, sending nothing)
@@ -567,13 +707,15 @@ mod tests {
         let watchdogs = Watchdogs::new(Duration::from_secs(30));
         let node = Node::new("redis://127.0.0.1:1").unwrap();
         let field: Arc<str> = "c:o".into();
-        let hold = watchdogs.register(
-            &node,
-            &"k".into(),
-            &field,
-            grant(Instant::now(), 1_000, 1),
-            Renewal::None,
-        );
+        let hold = watchdogs
+            .register(
+                &node,
+                &"k".into(),
+                &field,
+                grant(Instant::now(), 1_000, 1),
+                Renewal::None,
+            )
+            .unwrap();
         assert_eq!(watchdogs.nodes(), 1);
         drop(hold);
         assert_eq!(

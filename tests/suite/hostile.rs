@@ -279,15 +279,23 @@ fn cases() -> Vec<Case> {
                 pipe
             },
         },
+        // A first release does not read its latch (it cannot hold a result
+        // yet): only its retry does.
         Case {
             script: "release",
             call: |f| protocol::release(&f.name, &f.field, &f.hold),
+            keys: |f| vec![lock_key(f, true)],
+            setup: held,
+        },
+        Case {
+            script: "release (a retry)",
+            call: |f| protocol::release_retry(&f.name, &f.field, &f.hold),
             keys: |f| vec![lock_key(f, true), latch_key(f)],
             setup: held,
         },
         Case {
             script: "rollback",
-            call: |f| protocol::rollback(&f.name, &f.field, &f.hold),
+            call: |f| protocol::rollback(&f.name, &f.field, &f.hold, 0),
             keys: |f| vec![lock_key(f, true), latch_key(f)],
             setup: |f| {
                 let mut pipe = held(f);
