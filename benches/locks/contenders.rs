@@ -1,16 +1,19 @@
-//! The contenders: this crate, rslock and the limit behind one interface
-//! (acquire, release, lock+unlock), the latency samples they produce, and
-//! the helpers that run them in tasks.
+//! The contenders: this crate, rslock and the limits behind one interface
+//! (acquire, release, lock+unlock), and the helpers that run them in tasks.
 
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
 use futures::future::join_all;
-use multilock::testkit::protocol;
+use multilock::testkit::protocol::{self, AcquireReply};
+use multilock::testkit::redisson;
 use multilock::{Guard, Lock, MultiLock, RedLock};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::task::JoinSet;
 
+use crate::stats::{Latencies, nanos};
 use crate::{BenchResult, LEASE};
 
 /// Something that locks and unlocks: this crate, rslock, or the limit.
@@ -94,45 +97,112 @@ impl AnyLock {
     }
 }
 
-/// The limit: a bare connection per node sending the crate's acquire and
-/// release script calls, as the crate's protocol module builds them, and
-/// nothing else.
+/// Which scripts a limit sends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocol {
+    /// Redisson 3.24+'s (`multilock::testkit::redisson`): the acquire, the
+    /// unlock that reads and writes its latch, and a `DEL` of the latch sent
+    /// after the unlock's reply without waiting. The limit every figure is
+    /// held to: the protocol a Redisson-compatible lock competes with.
+    Redisson,
+    /// The crate's own script calls (`multilock::testkit::protocol`), each
+    /// release deleting the previous one's latch as the crate's do: the cost
+    /// of the crate's protocol alone.
+    Crate,
+}
+
+/// A limit: a bare connection per node sending one protocol's lock+unlock
+/// and nothing else. On one node the calls go one after the other; on
+/// several, each goes to all nodes at once (`join_all`).
 #[derive(Clone)]
 pub struct Limit {
     conns: Vec<MultiplexedConnection>,
     name: String,
     field: String,
+    protocol: Protocol,
+    /// The crate's protocol: latches of releases that replied, for the next
+    /// release to delete.
+    spent: Arc<Mutex<Vec<String>>>,
 }
 
 impl Limit {
-    pub fn new(conns: Vec<MultiplexedConnection>, name: String) -> Limit {
+    pub fn new(conns: Vec<MultiplexedConnection>, name: String, protocol: Protocol) -> Limit {
         Limit {
             conns,
             field: protocol::field(&uuid::Uuid::new_v4().to_string(), "limit"),
             name,
+            protocol,
+            spent: Arc::default(),
         }
     }
 
-    /// One acquire, as hold a fresh id (as the crate makes them); the id
-    /// names the hold for its release.
+    /// One acquire; returns the id its release names (the crate's hold id;
+    /// Redisson names its unlock request at the unlock).
     async fn acquire(&self) -> BenchResult<String> {
-        let hold_id = protocol::new_hold_id();
-        let invocation = protocol::acquire(&self.name, &self.field, LEASE, &hold_id);
-        for reply in self.on_every_node::<Vec<i64>>(&invocation).await {
-            let reply = reply?;
-            if reply.first() != Some(&1) {
-                return Err(format!("the limit found {} taken: {reply:?}", self.name).into());
+        match self.protocol {
+            Protocol::Redisson => {
+                let invocation = redisson::acquire(&self.name, &self.field, LEASE);
+                for reply in self.on_every_node::<Option<i64>>(&invocation).await {
+                    if let Some(pttl) = reply? {
+                        return Err(
+                            format!("the limit found {} taken ({pttl} ms)", self.name).into()
+                        );
+                    }
+                }
+                Ok(String::new())
+            }
+            Protocol::Crate => {
+                let hold_id = protocol::new_hold_id();
+                let invocation = protocol::acquire(&self.name, &self.field, LEASE, &hold_id);
+                for reply in self.on_every_node::<AcquireReply>(&invocation).await {
+                    let reply = reply?;
+                    if !matches!(reply, AcquireReply::Granted { .. }) {
+                        return Err(
+                            format!("the limit found {} taken: {reply:?}", self.name).into()
+                        );
+                    }
+                }
+                Ok(hold_id)
             }
         }
-        Ok(hold_id)
     }
 
     async fn release(&self, hold_id: &str) -> BenchResult {
-        let invocation = protocol::release(&self.name, &self.field, hold_id);
+        let (invocation, request) = match self.protocol {
+            Protocol::Redisson => {
+                let request = redisson::new_request_id();
+                (
+                    redisson::release(&self.name, &self.field, &request, LEASE),
+                    request,
+                )
+            }
+            Protocol::Crate => {
+                let spent = std::mem::take(&mut *self.spent.lock().expect("never poisoned"));
+                let invocation =
+                    protocol::release_deleting(&self.name, &self.field, hold_id, spent);
+                (invocation, hold_id.to_owned())
+            }
+        };
         for reply in self.on_every_node::<Option<i64>>(&invocation).await {
             if reply? != Some(1) {
                 return Err(format!("the limit did not hold {}", self.name).into());
             }
+        }
+        match self.protocol {
+            // Redisson's client deletes the latch once the unlock replied,
+            // and does not wait for that.
+            Protocol::Redisson => {
+                for conn in &self.conns {
+                    let delete = redisson::delete_latch(&self.name, &request);
+                    let mut conn = conn.clone();
+                    tokio::spawn(async move { delete.exec_async(&mut conn).await });
+                }
+            }
+            Protocol::Crate => self
+                .spent
+                .lock()
+                .expect("never poisoned")
+                .push(protocol::unlock_latch(&self.name, &request)),
         }
         Ok(())
     }
@@ -152,58 +222,6 @@ impl Limit {
         .await
     }
 }
-
-// ---------------------------------------------------------------------------
-// Latencies
-
-/// Latency samples, sorted, in nanoseconds.
-#[derive(Clone, Default)]
-pub struct Latencies(pub Vec<u64>);
-
-impl Latencies {
-    pub fn new(mut nanos: Vec<u64>) -> Latencies {
-        nanos.sort_unstable();
-        Latencies(nanos)
-    }
-
-    /// The `q` quantile (nearest rank), in µs.
-    pub fn quantile(&self, q: f64) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        let rank = ((q * self.0.len() as f64).ceil() as usize).clamp(1, self.0.len());
-        self.0[rank - 1] as f64 / 1e3
-    }
-
-    pub fn p50(&self) -> f64 {
-        self.quantile(0.50)
-    }
-
-    pub fn p99(&self) -> f64 {
-        self.quantile(0.99)
-    }
-
-    pub fn max(&self) -> f64 {
-        self.quantile(1.0)
-    }
-
-    pub fn mean(&self) -> f64 {
-        let sum: u64 = self.0.iter().sum();
-        sum as f64 / self.0.len().max(1) as f64 / 1e3
-    }
-}
-
-pub fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The figures shown for a latency series.
-pub type Stat = (&'static str, fn(&Latencies) -> f64);
-pub const STATS: [Stat; 3] = [
-    ("p50", Latencies::p50),
-    ("p99", Latencies::p99),
-    ("mean", Latencies::mean),
-];
 
 // ---------------------------------------------------------------------------
 // Running contenders in tasks

@@ -26,9 +26,10 @@ use multilock::{Client, Health, Node};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Latencies, join_within, nanos};
+use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, join_within};
 use crate::latency_cdf::Panel;
 use crate::report::{Grid, Report, group};
+use crate::stats::{Latencies, nanos};
 use crate::{BenchResult, LEASE, SERVERS, Servers, Settings};
 
 /// Contenders on the one lock of the contended figure.
@@ -341,7 +342,33 @@ fn publish(settings: &Settings, runs: Vec<DegradedRun>, report: &mut Report) {
     }
     report.grids.push(grid);
     report.panels.push(panel);
-    report.degraded = runs;
+    if let Some(healthy) = runs.iter().find(|run| !run.impaired) {
+        let (p50, sections) = (healthy.ours.latencies.p50(), healthy.sections as f64);
+        for run in runs.iter().filter(|run| run.impaired) {
+            let ours = run.ours.latencies.p50();
+            report.target(
+                "(f)",
+                format!("5-node RedLock p50 with {} ≤ 1.5 × healthy", run.state),
+                format!("{ours:.1} µs vs {p50:.1} µs: {:.2}×", ours / p50),
+                ours <= 1.5 * p50,
+            );
+            let ours = run.sections as f64;
+            report.target(
+                "(f)",
+                format!(
+                    "critical sections of 6 contenders with {} ≥ 0.8 × healthy",
+                    run.state
+                ),
+                format!(
+                    "{} vs {}: {:.2}×",
+                    group(ours),
+                    group(sections),
+                    ours / sections
+                ),
+                ours >= 0.8 * sections,
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

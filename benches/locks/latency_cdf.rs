@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::contenders::Latencies;
+use crate::stats::Latencies;
 
 /// One panel of the plot: a case, and each contender's latencies in it.
 pub struct Panel {

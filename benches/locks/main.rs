@@ -1,30 +1,38 @@
 //! Lock benchmarks: multilock against rslock and against "the limit".
 //!
 //! ```text
-//! cargo bench --bench locks                            # full run, about 2 minutes
+//! cargo bench --bench locks                            # full run, about 5 minutes
 //! MULTILOCK_BENCH_SMOKE=1 cargo bench --bench locks    # smoke run, a few seconds (CI)
 //! cargo bench --bench locks -- --smoke                 # the same
 //! MULTILOCK_BENCH_ONLY=degraded cargo bench --bench locks  # some sections only
 //! ```
 //!
 //! `MULTILOCK_BENCH_ONLY` takes a comma-separated list of sections:
-//! `uncontended`, `contended`, `many_keys`, `scale`, `commands`, `degraded`.
-//! With `RUST_LOG` set (`RUST_LOG=multilock=debug`), the crate's tracing
-//! goes to stderr: a timeline of rounds, subscriptions and node health.
+//! `uncontended`, `contended`, `many_keys`, `scale`, `commands`, `latency`,
+//! `degraded`. With `RUST_LOG` set (`RUST_LOG=multilock=debug`), the crate's
+//! tracing goes to stderr: a timeline of rounds, subscriptions and node health.
 //!
 //! The program starts its own `redis-server` processes (five; the 1- and
 //! 3-node figures use the first one and the first three) and measures every
 //! contender on the same processes in the same run:
 //!
 //! - **multilock**: this crate's `Lock`, `MultiLock` and `RedLock`;
-//! - **rslock** 0.10: the Rust Redlock peer (`SET NX PX` to acquire, a
-//!   compare-and-delete script to release, retries instead of waiting);
 //! - **the limit**: one bare redis-rs `MultiplexedConnection` per node sending
-//!   the crate's own acquire and release script calls by EVALSHA, built by the
-//!   crate's protocol module (`multilock::testkit::protocol`), so the scripts,
-//!   keys and arguments are the crate's: the cost of the protocol alone. On one
-//!   node the two calls go one after the other; on several, each goes to all
-//!   nodes at once (`join_all`).
+//!   **Redisson 3.24+'s** reentrant lock protocol, written from its wire facts
+//!   (`multilock::testkit::redisson`): the acquire script, the unlock script
+//!   that reads and writes its latch, and the `DEL` of the latch that
+//!   Redisson's client sends after the unlock replied, without waiting. It is
+//!   the protocol a Redisson-compatible lock competes with. On one node the
+//!   calls go one after the other; on several, each goes to all nodes at once
+//!   (`join_all`);
+//! - **the crate's scripts**: the same bare connections sending the crate's
+//!   own script calls (`multilock::testkit::protocol`): the cost of the
+//!   crate's protocol alone, without its client;
+//! - **rslock** 0.10: the Rust Redlock peer (`SET NX PX` to acquire, a
+//!   compare-and-delete script to release, retries instead of waiting).
+//!
+//! The servers' CPU per operation (`INFO cpu` before and after) is printed
+//! beside the figures: the lock must not cost Redis more than Redisson does.
 //!
 //! What is measured, in order:
 //!
@@ -33,11 +41,12 @@
 //! - (b) one contended lock: K tasks acquire and release it in a loop, either
 //!   tight (the releaser races the waiters: throughput and fairness) or
 //!   handing off (hold 1 ms, then step back: every grant goes to a waiter).
-//!   The hand-off is the time from one holder's release completing to the
-//!   next holder's grant, both read from one monotonic clock; rslock runs
-//!   with its default retries and with the best retry delay of a sweep;
-//! - (c) many keys: K tasks on K different locks, acquisitions per second
-//!   (1 node, K=64: in rounds, the contenders taking turns);
+//!   The hand-off is the time from one holder's `unlock()` call to the next
+//!   holder's grant, both read from one monotonic clock; rslock runs with its
+//!   default retries and with the best retry delay of a sweep;
+//! - (c) many keys: K tasks on K different locks, acquisitions per second and
+//!   the servers' CPU per acquisition (1 node, K=64: in rounds, the
+//!   contenders taking turns);
 //! - (d) scale: server connections and this process's memory with 10,000
 //!   tasks waiting on one lock; watchdog renewal calls per node per tick with
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
@@ -45,28 +54,35 @@
 //!   (MONITOR), executed including the commands scripts run (`INFO
 //!   commandstats`), and the server time they take; then the commands sent
 //!   per contended acquisition, K tasks on one lock in the loops of (b);
+//! - (g) at a distance: every server behind the test kit's latency proxy at
+//!   0, 0.2, 0.5 and 1 ms one-way delay: the 1-node Lock, the 5-node RedLock
+//!   and the Redisson limit, and the hand-off; with a chart of the ratios;
 //! - (f) degraded: a 5-node RedLock healthy, then with 1 and 2 servers frozen
 //!   (SIGSTOP) and 2 dead (killed): uncontended latency, critical sections
 //!   of 6 contenders, and rslock on the same servers. Last, since it stops,
 //!   kills and restarts servers.
 //!
 //! Each measurement has its own file (`uncontended`, `contended`,
-//! `many_keys`, `scale`, `wire_commands`, `degraded`); `contenders` puts the three
-//! contenders behind one interface; `report` and `latency_cdf` write what was
-//! measured. This file holds the settings, the servers and the run order.
+//! `many_keys`, `scale`, `wire_commands`, `latency`, `degraded`), and judges
+//! its own targets; `contenders` puts the contenders behind one interface;
+//! `stats` holds the latency samples. `report` (with `latency_cdf`) is a
+//! leaf the sections write into: tables, targets, charts and notes. This
+//! file holds the settings, the servers and the run order.
 //!
 //! The full report goes to `target/bench/results.md`, the latency CDFs to
 //! `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set);
-//! stdout gets a summary: each section's headline figure with its target,
-//! met or missed, and where the report is.
+//! stdout gets a summary: every target, met or missed, and where the report
+//! is.
 
 mod contended;
 mod contenders;
 mod degraded;
+mod latency;
 mod latency_cdf;
 mod many_keys;
 mod report;
 mod scale;
+mod stats;
 mod uncontended;
 mod wire_commands;
 
@@ -80,7 +96,7 @@ use multilock::testkit::{RedisProcess, TestServer};
 use redis::FromRedisValue;
 use redis::aio::MultiplexedConnection;
 
-use crate::report::{Report, machine_line};
+use crate::report::Report;
 
 type BenchResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -123,13 +139,16 @@ async fn run() -> BenchResult {
     let mut report = Report::default();
 
     let progress = |step: &str| eprintln!("[{:6.1} s] {step}", started.elapsed().as_secs_f64());
+    // The Redisson 3.24+ limit's 1-node lock+unlock p50, µs: the cycle a
+    // hand-off is held to.
+    let mut cycle = f64::NAN;
     if settings.runs("uncontended") {
         progress("(a) uncontended lock+unlock");
-        uncontended::uncontended(&settings, &servers, &mut report).await?;
+        cycle = uncontended::uncontended(&settings, &servers, &mut report).await?;
     }
     if settings.runs("contended") {
         progress("(b) contended hand-off");
-        contended::contended(&settings, &servers, report.round_trip, &mut report).await?;
+        contended::contended(&settings, &servers, cycle, &mut report).await?;
     }
     if settings.runs("many_keys") {
         progress("(c) many keys");
@@ -145,6 +164,10 @@ async fn run() -> BenchResult {
         progress("(e) commands per contended acquisition");
         wire_commands::contended_commands(&settings, &servers, &mut report).await?;
     }
+    if settings.runs("latency") {
+        progress("(g) at a distance: servers behind latency proxies");
+        latency::latency(&settings, &servers, &mut report).await?;
+    }
     if settings.runs("degraded") {
         progress("(f) degraded: nodes frozen and dead");
         degraded::degraded(&settings, &mut servers, &mut report).await?;
@@ -157,19 +180,21 @@ async fn run() -> BenchResult {
         "{} run, {:.0} s",
         settings.name(),
         took.as_secs_f64()
-    ))
+    ))?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
 // Settings
 
 /// The sections, as `MULTILOCK_BENCH_ONLY` names them, in run order.
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "uncontended",
     "contended",
     "many_keys",
     "scale",
     "commands",
+    "latency",
     "degraded",
 ];
 
@@ -192,6 +217,12 @@ struct Settings {
     /// (1 node, [`MANY_KEYS_TASKS`]): multilock, the limit and rslock take
     /// turns, so that drift in the machine's state hits all three alike.
     many_keys_rounds: (usize, Duration),
+    /// Runs of the K=8 hand-off loop, each held to the hand-off target.
+    handoff_runs: usize,
+    /// (g): the one-way delays the proxies add, and the rounds (how many,
+    /// how long each) of each contender's uncontended lock+unlock.
+    proxy_delays: Vec<Duration>,
+    proxy_rounds: (usize, Duration),
     /// rslock retry delays tried for its tuned figures (with unlimited
     /// retries); the tuned column shows the one with the lowest hand-off p50.
     rslock_delays: Vec<Duration>,
@@ -235,6 +266,9 @@ impl Settings {
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(150),
                 many_keys_rounds: (2, Duration::from_millis(150)),
+                handoff_runs: 1,
+                proxy_delays: vec![Duration::from_micros(500)],
+                proxy_rounds: (1, Duration::from_millis(100)),
                 rslock_delays: vec![Duration::from_millis(1)],
                 waiters: 500,
                 held_locks: 1_200,
@@ -252,6 +286,9 @@ impl Settings {
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(1500),
                 many_keys_rounds: (12, Duration::from_millis(500)),
+                handoff_runs: 3,
+                proxy_delays: [0, 200, 500, 1_000].map(Duration::from_micros).to_vec(),
+                proxy_rounds: (4, Duration::from_millis(400)),
                 rslock_delays: [1, 5, 20].map(Duration::from_millis).to_vec(),
                 waiters: 10_000,
                 held_locks: 10_000,
@@ -342,6 +379,15 @@ impl Servers {
     /// An rslock manager over the first `n` servers, default retries.
     fn rslock(&self, n: usize) -> rslock::LockManager {
         rslock::LockManager::new(self.urls[..n].to_vec())
+    }
+
+    /// The first `n` servers' CPU time (user + system, seconds), summed.
+    async fn cpu_seconds_of(&self, n: usize) -> BenchResult<f64> {
+        let mut total = 0.0;
+        for node in 0..n {
+            total += self.cpu_seconds(node).await?;
+        }
+        Ok(total)
     }
 
     /// The limit's connections to the first `n` servers: RESP3, like the
@@ -455,4 +501,52 @@ fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
             Some((name.to_owned(), stat))
         })
         .collect()
+}
+
+/// Date, machine, Redis and toolchain, for the README.
+async fn machine_line(servers: &Servers, settings: &Settings, took: Duration) -> String {
+    let command = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|| "?".into())
+    };
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("model name"))
+                .map(|name| name.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
+    let redis = match servers.info(0, "server").await {
+        Ok(info) => info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned(),
+        Err(_) => "?".into(),
+    };
+    let only = settings.only.as_ref().map_or(String::new(), |only| {
+        format!("MULTILOCK_BENCH_ONLY={} ", only.join(","))
+    });
+    format!(
+        "{} · {cpu}, {cores} cores, load average {load} at the end · Linux {} · redis-server \
+         {redis} on loopback ({SERVERS} processes on the same machine) · {} · {} run, {:.0} s · \
+         `{only}cargo bench --bench locks`",
+        command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        command("uname", &["-r"]),
+        command("rustc", &["--version"]),
+        settings.name(),
+        took.as_secs_f64(),
+    )
 }

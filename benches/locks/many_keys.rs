@@ -1,5 +1,6 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
-//! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock).
+//! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
+//! servers' CPU per acquisition.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,27 +9,38 @@ use std::time::{Duration, Instant};
 use multilock::Client;
 use tokio::task::JoinSet;
 
-use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Limit, join_within};
-use crate::report::{Cell, ManyKeysTarget, Report, Table, Unit, group};
+use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Limit, Protocol, join_within};
+use crate::report::{Cell, Report, Table, Unit, group};
+use crate::stats::{median, quartiles};
 use crate::{BenchResult, MANY_KEYS_TASKS, Servers, Settings};
 
-/// Each contender's acquisitions per second for every K, on 1 and 5 nodes.
+/// The contenders of a case, in the order they take turns.
+const CONTENDERS: [&str; 4] = ["multilock", "Redisson 3.24+", "crate scripts", "rslock"];
+const OURS: usize = 0;
+const REDISSON: usize = 1;
+const CRATE: usize = 2;
+
+/// Each contender's acquisitions per second and server CPU per acquisition
+/// for every K, on 1 and 5 nodes.
 pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Report) -> BenchResult {
     let mut table = Table::new(
         "(c) Many keys: K tasks, each on its own lock, acquisitions/s",
         &format!(
             "1 node: Lock; 5 nodes: RedLock. Each contender shares one client / manager / set of \
-             connections between its tasks: the limit's K tasks send their EVALSHAs over one \
+             connections between its tasks: a limit's K tasks send their EVALSHAs over one \
              multiplexed connection per node (clones of one redis-rs MultiplexedConnection \
-             share its socket, and pipeline). 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, \
-             the three contenders taking turns (each round starting with the next one), each \
-             contender's median over the rounds; every other case: one run \
-             of {} ms. Each run's first tenth is a warm-up, not counted",
+             share its socket, and pipeline). The limits: Redisson 3.24+'s scripts (and its \
+             DEL of each unlock latch, not awaited), and the crate's own scripts. Server CPU = \
+             the servers' user+system CPU (INFO cpu, network work included) over the run, per \
+             acquisition. 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, the contenders \
+             taking turns (each round starting with the next one), each contender's median \
+             over the rounds; every other case: one run of {} ms. Each run's first tenth is a \
+             warm-up, not counted",
             settings.many_keys_rounds.0,
             settings.many_keys_rounds.1.as_millis(),
             settings.run_for.as_millis()
         ),
-        &["limit", "rslock"],
+        &CONTENDERS[1..],
     );
     let client = Client::new();
     for n in [1, 5] {
@@ -36,19 +48,21 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
         let conns = servers.bare_connections(n).await?;
         let manager = servers.rslock(n);
         for &k in &settings.tasks {
-            let name = |who: &str, i: usize| format!("bench:many:{n}:{k}:{who}:{i}");
+            let name = |who: usize, i: usize| format!("bench:many:{n}:{k}:{who}:{i}");
             let contender = |who: usize, i: usize| -> BenchResult<Contender> {
+                let name = name(who, i);
                 Ok(match who {
-                    OURS if n == 1 => Contender::multilock(AnyLock::Single(
-                        client.lock(&nodes[0], name("ours", i))?,
-                    )),
-                    OURS => Contender::multilock(AnyLock::Red(
-                        client.red_lock_on(&nodes, name("ours", i))?,
-                    )),
-                    LIMIT => Contender::Limit(Limit::new(conns.clone(), name("limit", i))),
+                    OURS if n == 1 => {
+                        Contender::multilock(AnyLock::Single(client.lock(&nodes[0], name)?))
+                    }
+                    OURS => Contender::multilock(AnyLock::Red(client.red_lock_on(&nodes, name)?)),
+                    REDISSON => {
+                        Contender::Limit(Limit::new(conns.clone(), name, Protocol::Redisson))
+                    }
+                    CRATE => Contender::Limit(Limit::new(conns.clone(), name, Protocol::Crate)),
                     _ => Contender::Rslock {
                         manager: manager.clone(),
-                        resource: name("rslock", i),
+                        resource: name,
                     },
                 })
             };
@@ -58,100 +72,141 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             } else {
                 (1, settings.run_for)
             };
-            // Per contender, acquisitions/s in each round; each round starts
-            // with the next contender.
-            let mut rates = [const { Vec::new() }; 3];
+            // Per contender, each round's (acquisitions/s, server µs per
+            // acquisition); each round starts with the next contender.
+            let mut runs = [const { Vec::new() }; CONTENDERS.len()];
             for round in 0..rounds {
-                for turn in 0..3 {
-                    let who = (round + turn) % 3;
-                    let rate = many_locks(|i| contender(who, i), k, run_for).await?;
-                    rates[who].push(rate);
+                for turn in 0..CONTENDERS.len() {
+                    let who = (round + turn) % CONTENDERS.len();
+                    let cpu_before = servers.cpu_seconds_of(n).await?;
+                    let (rate, acquisitions) =
+                        many_locks(|i| contender(who, i), k, run_for).await?;
+                    let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
+                    runs[who].push((rate, cpu * 1e6 / acquisitions.max(1) as f64));
                 }
             }
+            let rates = runs
+                .each_ref()
+                .map(|runs| runs.iter().map(|r| r.0).collect::<Vec<_>>());
+            let cpus = runs
+                .each_ref()
+                .map(|runs| runs.iter().map(|r| r.1).collect::<Vec<_>>());
             let what = if n == 1 {
                 "1 node, Lock"
             } else {
                 "5 nodes, RedLock"
             };
             let case = format!("{what}, K={k}");
-            let [ours, limit, rslock] = rates.each_ref().map(|rates| median(rates));
-            report.many_keys.push((case.clone(), ours, limit));
+            let rate = rates.each_ref().map(|rates| median(rates));
+            let cpu = cpus.each_ref().map(|cpus| median(cpus));
+            let others =
+                |figures: &[f64; 4]| figures[1..].iter().map(|f| Some(Cell::of(*f))).collect();
             table.row(
                 case.clone(),
                 Unit::PerSecond,
-                Cell::of(ours),
-                vec![Some(Cell::of(limit)), Some(Cell::of(rslock))],
+                Cell::of(rate[OURS]),
+                others(&rate),
             );
-            if target {
-                let ratios: Vec<f64> = rates[OURS]
-                    .iter()
-                    .zip(&rates[LIMIT])
-                    .map(|(ours, limit)| ours / limit)
-                    .collect();
-                let listed = |values: &[f64], show: fn(f64) -> String| {
-                    values
-                        .iter()
-                        .map(|v| show(*v))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                report.notes.push(format!(
-                    "(c) {case}, {rounds} rounds of {} ms: multilock ÷ the limit in each: {}; \
-                     acquisitions/s of multilock {}; of the limit {}; of rslock {}.",
-                    run_for.as_millis(),
-                    listed(&ratios, |r| format!("{r:.2}")),
-                    listed(&rates[OURS], group),
-                    listed(&rates[LIMIT], group),
-                    listed(&rates[RSLOCK], group),
-                ));
-                report.many_keys_target = Some(ManyKeysTarget {
-                    case,
-                    ours,
-                    limit,
-                    rslock,
-                    ratios,
-                });
+            table.row(
+                format!("{case}: server CPU per acquisition, µs"),
+                Unit::Micros,
+                Cell::of(cpu[OURS]),
+                others(&cpu),
+            );
+            if !target {
+                continue;
             }
+            let paired = |figures: &[Vec<f64>; 4]| -> Vec<f64> {
+                figures[OURS]
+                    .iter()
+                    .zip(&figures[REDISSON])
+                    .map(|(ours, limit)| ours / limit)
+                    .collect()
+            };
+            let (rate_ratios, cpu_ratios) = (paired(&rates), paired(&cpus));
+            let listed = |values: &[f64], show: fn(f64) -> String| {
+                values
+                    .iter()
+                    .map(|v| show(*v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            report.notes.push(format!(
+                "(c) {case}, {rounds} rounds of {} ms: acquisitions/s ÷ the Redisson 3.24+ limit \
+                 in each: {}; server CPU per acquisition ÷ the limit's in each: {}; \
+                 acquisitions/s of multilock {}; of the Redisson limit {}; of the crate-scripts \
+                 limit {}; of rslock {}.",
+                run_for.as_millis(),
+                listed(&rate_ratios, |r| format!("{r:.2}")),
+                listed(&cpu_ratios, |r| format!("{r:.2}")),
+                listed(&rates[OURS], group),
+                listed(&rates[REDISSON], group),
+                listed(&rates[CRATE], group),
+                listed(&rates[3], group),
+            ));
+            // Rounds that a burst of other work hit on one side only are far
+            // off; the median of the paired rounds is not moved by them.
+            let spread = |ratios: &[f64]| {
+                quartiles(ratios).map_or(String::new(), |(low, high)| {
+                    format!(", middle half of the rounds {low:.2}–{high:.2}×")
+                })
+            };
+            let ratio = median(&rate_ratios);
+            report.target(
+                "(c)",
+                format!("many keys ({case}) ≥ 0.95 × the Redisson 3.24+ limit"),
+                format!(
+                    "{}/s vs {}/s (crate scripts {}/s, rslock {}/s; medians of {rounds} rounds); \
+                     paired rounds' median {ratio:.2}×{}",
+                    group(rate[OURS]),
+                    group(rate[REDISSON]),
+                    group(rate[CRATE]),
+                    group(rate[3]),
+                    spread(&rate_ratios)
+                ),
+                ratio >= 0.95,
+            );
+            let ratio = median(&cpu_ratios);
+            report.target(
+                "(c)",
+                format!("server CPU per acquisition ({case}) ≤ 1.0 × the Redisson 3.24+ limit's"),
+                format!(
+                    "{:.2} µs vs {:.2} µs (crate scripts {:.2} µs); paired rounds' median \
+                     {ratio:.2}×{}",
+                    cpu[OURS],
+                    cpu[REDISSON],
+                    cpu[CRATE],
+                    spread(&cpu_ratios)
+                ),
+                ratio <= 1.0,
+            );
         }
     }
     report.tables.push(table);
     Ok(())
 }
 
-/// The contenders of a many-keys case, as [`many_keys`] takes turns.
-const OURS: usize = 0;
-const LIMIT: usize = 1;
-const RSLOCK: usize = 2;
-
-/// The median of some values (the mean of the middle two of an even count).
-pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        len if len % 2 == 1 => sorted[len / 2],
-        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
-    }
-}
-
-/// K tasks, each on its own lock, lock+unlock in a loop; acquisitions per
-/// second after a warm-up tenth.
+/// K tasks, each on its own lock, lock+unlock in a loop: acquisitions per
+/// second after a warm-up tenth, and acquisitions over the whole run (the
+/// servers' CPU is read around all of it).
 async fn many_locks(
     make: impl Fn(usize) -> BenchResult<Contender>,
     tasks: usize,
     run_for: Duration,
-) -> BenchResult<f64> {
+) -> BenchResult<(f64, usize)> {
     let start = Instant::now();
     let counted_from = start + run_for / 10;
     let stop_at = start + run_for;
     let done = Arc::new(AtomicUsize::new(0));
+    let all = Arc::new(AtomicUsize::new(0));
     let mut set = JoinSet::new();
     for i in 0..tasks {
         let contender = make(i)?;
-        let done = done.clone();
+        let (done, all) = (done.clone(), all.clone());
         set.spawn(async move {
             while Instant::now() < stop_at {
                 contender.lock_unlock().await?;
+                all.fetch_add(1, Ordering::Relaxed);
                 let now = Instant::now();
                 if now >= counted_from && now < stop_at {
                     done.fetch_add(1, Ordering::Relaxed);
@@ -161,5 +216,6 @@ async fn many_locks(
         });
     }
     join_within(set, DRAIN_LIMIT).await?;
-    Ok(done.load(Ordering::Relaxed) as f64 / (stop_at - counted_from).as_secs_f64())
+    let rate = done.load(Ordering::Relaxed) as f64 / (stop_at - counted_from).as_secs_f64();
+    Ok((rate, all.load(Ordering::Relaxed)))
 }

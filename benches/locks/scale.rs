@@ -12,8 +12,9 @@ use multilock::testkit::protocol::RENEW_BATCH_SIZE;
 use multilock::{Client, Guard, Node};
 use tokio::task::JoinSet;
 
-use crate::contenders::{AnyLock, Contender, Latencies, Stat, join_within, time_lock_unlock_for};
+use crate::contenders::{AnyLock, Contender, join_within, time_lock_unlock_for};
 use crate::report::{Cell, Report, Table, Unit, group};
+use crate::stats::{Latencies, Stat};
 use crate::{BenchResult, LEASE, Servers, Settings};
 
 /// The waiters, then the held locks: one table.
@@ -115,7 +116,15 @@ async fn waiters(
         Cell::of(w as f64 / drain.as_secs_f64()),
         vec![None],
     );
-    report.subscriptions = Some((w, subscribed));
+    report.target(
+        "(d)",
+        format!(
+            "one subscription connection per node with {} waiters",
+            group(w as f64)
+        ),
+        format!("{subscribed}"),
+        subscribed == 1,
+    );
     report.notes.push(format!(
         "(d) {w} waiters: connected_clients {clients_before} before (the holder's pooled \
          connection included) → {clients_during} while waiting; RSS {rss_before} → \
@@ -186,7 +195,16 @@ async fn held_under_watchdog(
             format!("locks / {RENEW_BATCH_SIZE}"),
         ))],
     );
-    report.renewals = Some((held, worst, expected));
+    report.target(
+        "(d)",
+        format!(
+            "renewal calls per node per tick = ⌈locks / {RENEW_BATCH_SIZE}⌉ ({} locks)",
+            group(held as f64)
+        ),
+        format!("{worst:.1} (expected {expected:.0})"),
+        // Zero would mean the watchdog renewed nothing.
+        worst > 0.0 && worst <= expected,
+    );
     report.notes.push(format!(
         "(d) renewal calls per tick by node: {per_tick:?} (watchdog {:?}, tick {period:?}); \
          server time per renewal call {:.0} µs: a node's round of {} calls keeps it busy \
@@ -202,13 +220,21 @@ async fn held_under_watchdog(
         lock: AnyLock::Single(client.lock(&nodes[0], "bench:held:probe")?),
         lease: None,
     };
-    let probed = time_lock_unlock_for(probe, period * 2).await?;
-    let idle = report
-        .uncontended
-        .get(&1)
-        .and_then(|(ours, _, _)| ours.get(1))
-        .cloned()
-        .unwrap_or_default();
+    let probed = time_lock_unlock_for(probe.clone(), period * 2).await?;
+
+    let failed = futures::stream::iter(guards)
+        .map(Guard::unlock)
+        .buffer_unordered(64)
+        .filter(|result| std::future::ready(result.is_err()))
+        .count()
+        .await;
+    if failed > 0 {
+        report.notes.push(format!(
+            "(d) {failed} of {held} held RedLocks failed to unlock."
+        ));
+    }
+    // The same lock+unlock once nothing else is held: the reference.
+    let idle = time_lock_unlock_for(probe, period * 2).await?;
     let stats: [Stat; 3] = [
         ("p50", Latencies::p50),
         ("p99", Latencies::p99),
@@ -224,18 +250,6 @@ async fn held_under_watchdog(
             Cell::of(pick(&probed)),
             vec![Some(Cell::noted(pick(&idle), "nothing held"))],
         );
-    }
-
-    let failed = futures::stream::iter(guards)
-        .map(Guard::unlock)
-        .buffer_unordered(64)
-        .filter(|result| std::future::ready(result.is_err()))
-        .count()
-        .await;
-    if failed > 0 {
-        report.notes.push(format!(
-            "(d) {failed} of {held} held RedLocks failed to unlock."
-        ));
     }
     Ok(())
 }

@@ -7,13 +7,17 @@ use std::time::{Duration, Instant};
 use multilock::Client;
 use redis::aio::MultiplexedConnection;
 
-use crate::contenders::{AnyLock, Contender, Latencies, Limit, STATS, nanos};
+use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;
 use crate::report::{Cell, Report, Table, Unit};
+use crate::stats::{Latencies, STATS, nanos};
 use crate::{BenchResult, SERVERS, Servers, Settings, cpu_seconds};
 
-/// Uncontended lock+unlock on 1, 3 and 5 nodes. Returns one round trip (half
-/// the limit's 1-node lock+unlock p50), the unit of the hand-off target.
+/// The references every multilock series is shown beside.
+const REFERENCES: [&str; 3] = ["Redisson 3.24+", "crate scripts", "rslock"];
+
+/// Uncontended lock+unlock on 1, 3 and 5 nodes. Returns the Redisson 3.24+
+/// limit's 1-node lock+unlock p50 (µs): the cycle hand-offs are held to.
 pub async fn uncontended(
     settings: &Settings,
     servers: &Servers,
@@ -23,20 +27,22 @@ pub async fn uncontended(
     let nodes = servers.nodes(SERVERS)?;
     let mut table = Table::new(
         "(a) Uncontended lock+unlock, µs",
-        "multilock with a 30 s lease unless marked watchdog; rslock `lock` + `unlock`; \
-         the limit: EVALSHA acquire then EVALSHA release (fanned out to all nodes at once \
-         when there are several)",
-        &["limit", "rslock"],
+        "multilock with a 30 s lease unless marked watchdog; rslock `lock` + `unlock`; the \
+         limits: a bare connection per node sending Redisson 3.24+'s acquire and unlock (and \
+         its DEL of the unlock latch, not awaited), or the crate's own script calls (fanned \
+         out to all nodes at once when there are several)",
+        &REFERENCES,
     );
     let mut cpu_table = Table::new(
         "(a) Uncontended: CPU per lock+unlock",
         "CPU used per lock+unlock by this process (all threads, /proc/self/task/*/schedstat) \
-         and by the servers in use (sum of INFO cpu); cores busy = both ÷ the mean \
-         latency. Near the machine's core count, the latency is bound by CPU, not by the \
-         network",
-        &["limit", "rslock"],
+         and by the servers in use (sum of INFO cpu, network work included); cores busy = \
+         both ÷ the mean latency. Near the machine's core count, the latency is bound by \
+         CPU, not by the network",
+        &REFERENCES,
     );
-    let mut round_trip = f64::NAN;
+    let mut cycle = f64::NAN;
+    let mut lock_p50 = f64::NAN;
     for n in [1, 3, 5] {
         let name = |what: &str| format!("bench:uncontended:{n}:{what}");
         let mut ours: Vec<(String, Contender)> = Vec::new();
@@ -58,16 +64,19 @@ pub async fn uncontended(
             let red = client.red_lock_on(&nodes[..n], name("red"))?;
             ours.push(("RedLock".into(), Contender::multilock(AnyLock::Red(red))));
         }
-        let limit = Contender::Limit(Limit::new(
-            servers.bare_connections(n).await?,
-            name("limit"),
-        ));
+        let conns = servers.bare_connections(n).await?;
+        let redisson = Limit::new(conns.clone(), name("redisson"), Protocol::Redisson);
+        let crate_scripts = Limit::new(conns, name("crate"), Protocol::Crate);
         let rslock = Contender::Rslock {
             manager: servers.rslock(n),
             resource: name("rslock"),
         };
         let mut contenders: Vec<Contender> = ours.iter().map(|(_, c)| c.clone()).collect();
-        contenders.extend([limit, rslock]);
+        contenders.extend([
+            Contender::Limit(redisson),
+            Contender::Limit(crate_scripts),
+            rslock,
+        ]);
         let mut timed = time_lock_unlock(
             contenders,
             CpuMeter::new(servers, n),
@@ -76,8 +85,7 @@ pub async fn uncontended(
             settings.rounds,
         )
         .await?;
-        let rslock = timed.pop().unwrap_or_default();
-        let limit = timed.pop().unwrap_or_default();
+        let references: Vec<Timed> = timed.split_off(ours.len());
         let nodes_label = if n == 1 {
             "1 node".to_owned()
         } else {
@@ -87,46 +95,80 @@ pub async fn uncontended(
             &mut cpu_table,
             &nodes_label,
             ours.iter().map(|(label, _)| label.as_str()).zip(&timed),
-            &limit,
-            &rslock,
+            &references,
         );
+        let limit = references[0].latencies.p50();
         let red_lock = ours.iter().position(|(label, _)| label == "RedLock");
-        if let (true, Some(red), Some((one_node, _, _))) = (
-            n == SERVERS,
-            red_lock.and_then(|i| timed.get(i)),
-            report.uncontended.get(&1),
-        ) {
-            let one_node = one_node.first().map_or(f64::NAN, Latencies::p50);
-            let floor = cpu_floor_note(&format!("{nodes_label}, RedLock"), red, one_node);
-            report.notes.push(floor);
-        }
-        let (rslock, limit) = (rslock.latencies, limit.latencies);
-        let timed: Vec<Latencies> = timed.into_iter().map(|t| t.latencies).collect();
         if n == 1 {
-            round_trip = limit.p50() / 2.0;
+            cycle = limit;
+            lock_p50 = timed[0].latencies.p50();
+            report.target(
+                "(a)",
+                "1-node lock+unlock p50 ≤ 1.05 × the Redisson 3.24+ limit",
+                format!(
+                    "{lock_p50:.1} µs vs {limit:.1} µs: {:.2}× (crate scripts {:.1} µs)",
+                    lock_p50 / limit,
+                    references[1].latencies.p50()
+                ),
+                lock_p50 <= 1.05 * limit,
+            );
+        }
+        if let (true, Some(red)) = (n == SERVERS, red_lock.and_then(|i| timed.get(i))) {
+            report.notes.push(cpu_floor_note(
+                &format!("{nodes_label}, RedLock"),
+                red,
+                lock_p50,
+            ));
+            let red5 = red.latencies.p50();
+            let rslock5 = references[2].latencies.p50();
+            report.target(
+                "(a)",
+                "5-node RedLock lock+unlock p50 ≤ 1.10 × the 5-node Redisson 3.24+ limit",
+                format!("{red5:.1} µs vs {limit:.1} µs: {:.2}×", red5 / limit),
+                red5 <= 1.10 * limit,
+            );
+            report.target(
+                "(a)",
+                "5-node RedLock lock+unlock p50 ≤ 2 × 1-node Lock",
+                format!("{red5:.1} µs vs {lock_p50:.1} µs: {:.2}×", red5 / lock_p50),
+                red5 <= 2.0 * lock_p50,
+            );
+            report.target(
+                "(a)",
+                "5-node RedLock ≥ 3× faster than rslock on 5 nodes (p50)",
+                format!(
+                    "rslock {rslock5:.1} µs vs {red5:.1} µs: {:.2}× faster",
+                    rslock5 / red5
+                ),
+                rslock5 >= 3.0 * red5,
+            );
         }
 
         let mut panel = Panel::new(format!("Uncontended lock+unlock, {nodes_label}"));
-        for ((label, _), latencies) in ours.iter().zip(&timed) {
+        for ((label, _), timed) in ours.iter().zip(&timed) {
             for (stat, pick) in STATS {
                 table.row(
                     format!("{nodes_label}, {label}: {stat}"),
                     Unit::Micros,
-                    Cell::of(pick(latencies)),
-                    vec![Some(Cell::of(pick(&limit))), Some(Cell::of(pick(&rslock)))],
+                    Cell::of(pick(&timed.latencies)),
+                    references
+                        .iter()
+                        .map(|r| Some(Cell::of(pick(&r.latencies))))
+                        .collect(),
                 );
             }
-            panel.add(format!("multilock {label}"), latencies.clone());
+            panel.add(format!("multilock {label}"), timed.latencies.clone());
         }
-        panel.add("the limit (bare EVALSHA)".into(), limit.clone());
-        panel.add("rslock".into(), rslock.clone());
+        panel.add(
+            "the limit (Redisson 3.24+)".into(),
+            references[0].latencies.clone(),
+        );
+        panel.add("rslock".into(), references[2].latencies.clone());
         report.panels.push(panel);
-        report.uncontended.insert(n, (timed, limit, rslock));
     }
     report.tables.push(table);
     report.tables.push(cpu_table);
-    report.round_trip = round_trip;
-    Ok(round_trip)
+    Ok(cycle)
 }
 
 /// Why a latency cannot go lower on this machine: the CPU one lock+unlock
@@ -152,8 +194,7 @@ fn cpu_rows<'a>(
     table: &mut Table,
     nodes: &str,
     ours: impl Iterator<Item = (&'a str, &'a Timed)>,
-    limit: &Timed,
-    rslock: &Timed,
+    references: &[Timed],
 ) {
     type Figure = (&'static str, Unit, fn(&Timed) -> f64);
     const FIGURES: [Figure; 3] = [
@@ -169,7 +210,7 @@ fn cpu_rows<'a>(
                 format!("{nodes}, {label}: {figure}"),
                 unit,
                 Cell::of(pick(timed)),
-                vec![Some(Cell::of(pick(limit))), Some(Cell::of(pick(rslock)))],
+                references.iter().map(|r| Some(Cell::of(pick(r)))).collect(),
             );
         }
     }
