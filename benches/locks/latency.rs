@@ -15,7 +15,7 @@ use crate::contended::{Pace, contend};
 use crate::contenders::{AnyLock, Contender, Limit, Protocol, time_lock_unlock_for};
 use crate::report::{Grid, Report};
 use crate::stats::median;
-use crate::{BenchResult, CONTENDED_TASKS, SERVERS, Servers, Settings};
+use crate::{BenchResult, CONTENDED_TASKS, SERVERS, Servers, Settings, bare_connection};
 
 /// The one-way delays the targets are judged at.
 const TARGET_DELAY: Duration = Duration::from_micros(500);
@@ -77,8 +77,7 @@ pub async fn latency(settings: &Settings, servers: &Servers, report: &mut Report
     let client = Client::new();
     let mut conns = Vec::with_capacity(SERVERS);
     for url in &urls {
-        let client = redis::Client::open(format!("{url}/?protocol=resp3"))?;
-        conns.push(client.get_multiplexed_async_connection().await?);
+        conns.push(bare_connection(url).await?);
     }
 
     let mut measured = Vec::new();
@@ -231,5 +230,8 @@ fn chart(measured: &[AtDelay]) -> String {
         }
     }
     let _ = write!(out, "  (a ratio above {TOP}× is drawn at {TOP}×)");
-    out
+    out.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
 }

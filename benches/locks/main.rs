@@ -395,8 +395,7 @@ impl Servers {
     async fn bare_connections(&self, n: usize) -> BenchResult<Vec<MultiplexedConnection>> {
         let mut conns = Vec::with_capacity(n);
         for url in &self.urls[..n] {
-            let client = redis::Client::open(format!("{url}/?protocol=resp3"))?;
-            conns.push(client.get_multiplexed_async_connection().await?);
+            conns.push(bare_connection(url).await?);
         }
         Ok(conns)
     }
@@ -449,6 +448,16 @@ impl Servers {
             })
             .count())
     }
+}
+
+/// A bare connection to `url`, as the limits use them: RESP3, and
+/// TCP_NODELAY (as Redisson's Netty channels and the crate's connections).
+async fn bare_connection(url: &str) -> BenchResult<MultiplexedConnection> {
+    let info = redis::IntoConnectionInfo::into_connection_info(format!("{url}/?protocol=resp3"))?
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    Ok(redis::Client::open(info)?
+        .get_multiplexed_async_connection()
+        .await?)
 }
 
 /// A server's CPU time (user + system, seconds) from its `INFO cpu`.

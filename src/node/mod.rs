@@ -197,7 +197,12 @@ impl NodeBuilder {
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let info = info.set_redis_settings(settings);
+        // TCP_NODELAY, as Redisson (Netty) sets it: with Nagle's algorithm a
+        // request written while an earlier one is unacknowledged waits for
+        // that reply, one more round trip on a real network.
+        let info = info
+            .set_redis_settings(settings)
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let client = redis::Client::open(info)
             .map_err(|_| Error::invalid(format!("Redis URL {shown:?} is not usable")))?;
 

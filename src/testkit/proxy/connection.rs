@@ -175,6 +175,10 @@ async fn connection(
             Ok(()) = &mut cut => true,
             connected = TcpStream::connect(target) => match connected {
                 Ok(stream) => {
+                    // A network path, not a sender: bytes leave when they
+                    // are due, never held back by Nagle's algorithm.
+                    let _ = client.set_nodelay(true);
+                    let _ = stream.set_nodelay(true);
                     let server = server.insert(stream);
                     tokio::select! {
                         biased;
