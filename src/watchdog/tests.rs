@@ -1,0 +1,232 @@
+//! The watchdog's record of holds and its renewals, without a server
+//! (a node that is never connected).
+
+use super::*;
+
+fn grant(sent_at: Instant, ttl_ms: u64, count: u64) -> GrantRecord {
+    GrantRecord {
+        sent_at,
+        replied_at: sent_at + Duration::from_millis(1),
+        ttl: Duration::from_millis(ttl_ms),
+        count,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reentry_extends_every_guard_of_its_lock() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let t0 = Instant::now();
+    let outer = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(t0, 1_000, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    let inner = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(t0, 20_000, 2),
+            Renewal::None,
+        )
+        .unwrap();
+    let extended = timing::trusted_until(t0, Duration::from_secs(20));
+    assert_eq!(outer.record().trusted_until(), Some(extended));
+    drop(inner);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(
+        !outer.record().is_over(),
+        "the key lives for the longer lease"
+    );
+    assert_eq!(outer.record().trusted_until(), Some(extended));
+}
+
+/// A rollback that may undo a fresh hold by its count is told the holds
+/// on record; a grant of the same field that was in flight when it was
+/// sent is then not trusted (it could be the hold the rollback undid),
+/// while one sent after it is.
+#[tokio::test(start_paused = true)]
+async fn a_grant_in_flight_during_a_guessing_rollback_is_not_trusted() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let (key, field): (Arc<str>, Arc<str>) = ("k".into(), "c:o".into());
+    let outer = watchdogs
+        .register(
+            &node,
+            &key,
+            &field,
+            grant(Instant::now(), 10_000, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    let in_flight = Instant::now();
+    tokio::time::advance(Duration::from_millis(5)).await;
+    let known = watchdogs.begin_guessing_rollback(&node, &key, &field);
+    assert_eq!(known, 1, "the outer hold is on record");
+    let other: Arc<str> = "c:other".into();
+    assert!(
+        watchdogs
+            .register(
+                &node,
+                &key,
+                &other,
+                grant(in_flight, 10_000, 1),
+                Renewal::None
+            )
+            .is_some(),
+        "another owner's grant is not concerned"
+    );
+    assert!(
+        watchdogs
+            .register(
+                &node,
+                &key,
+                &field,
+                grant(in_flight, 10_000, 2),
+                Renewal::None
+            )
+            .is_none(),
+        "a grant sent before the rollback may be the hold it undid"
+    );
+    tokio::time::advance(Duration::from_millis(5)).await;
+    let later = watchdogs.register(
+        &node,
+        &key,
+        &field,
+        grant(Instant::now(), 10_000, 2),
+        Renewal::None,
+    );
+    assert!(later.is_some(), "a grant sent after it is trusted");
+    drop(outer);
+    assert_eq!(
+        watchdogs.begin_guessing_rollback(&node, &key, &field),
+        1,
+        "the re-entry registered last is still held"
+    );
+    // The record keeps the node's watchdog while it matters.
+    assert_eq!(watchdogs.nodes(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_grant_proves_an_older_hold_over() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let old = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(Instant::now(), 200, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(150)).await;
+    // Granted as count 1: the old hold's key expired (or was deleted).
+    let new = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(Instant::now(), 10_000, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    assert!(old.record().is_over());
+    assert_eq!(old.record().trusted_until(), None);
+    assert!(!new.record().is_over());
+    drop(old);
+    assert!(
+        !new.record().is_over(),
+        "the old guard leaving does not touch the new entry"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fresh_grant_that_raced_a_reentry_joins_it() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let sent_together = Instant::now();
+    // Two acquires in flight at once: the re-entry's reply (count 2)
+    // arrives first, then the fresh grant's (count 1).
+    tokio::time::advance(Duration::from_millis(5)).await;
+    let second = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(Instant::now(), 1_000, 2),
+            Renewal::None,
+        )
+        .unwrap();
+    let first = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(sent_together, 1_000, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    assert!(!second.record().is_over() && !first.record().is_over());
+}
+
+/// A hold renewed by the watchdog leaves while its timer runs: the
+/// watchdog stays until the timer's next tick finds nothing to renew,
+/// and goes with the timer.
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_whose_timer_ended_idle_is_dropped() {
+    let timeout = Duration::from_secs(30);
+    let watchdogs = Watchdogs::new(timeout);
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let hold = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(Instant::now(), 30_000, 1),
+            Renewal::Until(None),
+        )
+        .unwrap();
+    drop(hold);
+    assert_eq!(watchdogs.nodes(), 1, "kept while its timer runs");
+    // Paused clock: the timer ticks (idle: it ends, sending nothing)
+    // before this sleep ends.
+    tokio::time::sleep(timeout / 3 * 2).await;
+    assert_eq!(
+        watchdogs.nodes(),
+        0,
+        "the client keeps no node once its timer ended with nothing to renew"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_with_nothing_left_is_dropped() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let hold = watchdogs
+        .register(
+            &node,
+            &"k".into(),
+            &field,
+            grant(Instant::now(), 1_000, 1),
+            Renewal::None,
+        )
+        .unwrap();
+    assert_eq!(watchdogs.nodes(), 1);
+    drop(hold);
+    assert_eq!(
+        watchdogs.nodes(),
+        0,
+        "the client keeps no node it holds nothing on"
+    );
+}
