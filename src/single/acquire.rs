@@ -426,10 +426,12 @@ impl SentAcquire {
 
 impl Undo {
     /// Rolls back acquire `hold_id` (see `protocol::rollback`): undone if it
-    /// was applied, refused if it arrives later. Tried on the acquire's own
-    /// connection first, then on fresh ones with backoff, until the
-    /// acquire's hold latch would have expired: after that the server can
-    /// no longer tell, and the grant, if there was one, ends with its lease.
+    /// was applied, refused if it arrives later. Each try tells the server
+    /// the holds of the field this client has on record (a fresh hold is
+    /// known by the count). Tried on the acquire's own connection first,
+    /// then on fresh ones with backoff, until the rollback window ends (a
+    /// re-entry's latch expires then): after that the server can no longer
+    /// tell, and the grant, if there was one, ends with its lease.
     async fn roll_back(self, lock: Lock, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
         let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
         let node = lock.node().clone();
