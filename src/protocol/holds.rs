@@ -161,18 +161,19 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
 
 /// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4..]
 /// latches of earlier releases to delete. ARGV[1] field, ARGV[2] latch TTL
-/// (ms), ARGV[3] unlock message, ARGV[4] `1` when this release was sent
-/// before (a retry).
+/// (ms), ARGV[3] unlock message.
 ///
 /// Idempotent: the result is kept in the hold's latch (Redisson's unlock
-/// latch), so a retried release returns the first result. Only a retry
-/// reads the latch: a release sent for the first time cannot find its own
-/// result. Redisson's client deletes its latch with a command of its own
-/// after the reply; we delete ours with the node's next release instead
-/// (KEYS[4..], in the DEL of the lock when it goes): the same work on the
-/// server, without a command on the wire, and no latch piles up for its
-/// TTL. A release that leaves the count above zero does not touch the TTL:
-/// the holds left keep what they were granted.
+/// latch), so a retried release returns the first result. Every send reads
+/// the latch, the first one too: a first send held up in the network can
+/// reach the server after its retry went through on another connection
+/// (and after the owner took the lock again), and must then answer with the
+/// retry's result instead of releasing once more. Redisson's client deletes
+/// its latch with a command of its own after the reply; we delete ours with
+/// the node's next release instead (KEYS[4..], in the DEL of the lock when
+/// it goes): the same work on the server, without a command on the wire,
+/// and no latch piles up for its TTL. A release that leaves the count above
+/// zero does not touch the TTL: the holds left keep what they were granted.
 ///
 /// Reads and checks come first, so a failed release changes nothing.
 ///
@@ -181,7 +182,7 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
 /// 1 when the key was deleted and `0` published.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 pub(super) const RELEASE_LUA: &str = r#"
-local latched = ARGV[4] == '1' and redis.call('get', KEYS[3])
+local latched = redis.call('get', KEYS[3])
 latched = (latched == '0' or latched == '1') and tonumber(latched)
 local count = false
 if not latched then
@@ -219,15 +220,14 @@ fn decode_released(reply: Value) -> RedisResult<Released> {
 }
 
 /// Release the hold whose latch is `latch` (its [`LockKeys::unlock_latch`])
-/// of `field`, idempotently: sent again as a `retry`, it returns the first
-/// result. `spent`: latches of earlier releases on this node whose replies
-/// came, deleted on the way (none of them can be retried any more).
+/// of `field`, idempotently: resent, it returns the first result. `spent`:
+/// latches of earlier releases on this node whose replies came, deleted on
+/// the way (none of them can be retried any more).
 pub(crate) fn release(
     keys: &LockKeys,
     field: &str,
     latch: &str,
     spent: impl IntoIterator<Item = String>,
-    retry: bool,
 ) -> Call<Released> {
     let mut invocation = RELEASE.key(&*keys.name);
     invocation.key(&keys.channel).key(latch);
@@ -238,9 +238,6 @@ pub(crate) fn release(
         .arg(field)
         .arg(UNLOCK_LATCH_TTL_MS)
         .arg(UNLOCK_MESSAGE);
-    if retry {
-        invocation.arg(1);
-    }
     Call::script(invocation, decode_released)
 }
 

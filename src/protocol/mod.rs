@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(call.decode(Value::Int(-1)).unwrap(), Acquired::Taken(None));
         assert_eq!(call.decode(Value::Int(-3)).unwrap(), Acquired::Cancelled);
         assert!(call.decode(ints(&[1, 2])).is_err());
-        let release = release(&keys, "f", &keys.unlock_latch("r"), None, false);
+        let release = release(&keys, "f", &keys.unlock_latch("r"), None);
         assert_eq!(release.decode(Value::Nil).unwrap(), Released::NotHeld);
         assert_eq!(release.decode(Value::Int(0)).unwrap(), Released::StillHeld);
         assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);

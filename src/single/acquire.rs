@@ -359,7 +359,7 @@ impl Lock {
             return Ok(());
         }
         let latch = self.inner.keys.unlock_latch(hold_id);
-        let release = protocol::release(&self.inner.keys, field, &latch, None, false);
+        let release = protocol::release(&self.inner.keys, field, &latch, None);
         let released = self
             .traced_release(conn.run_patiently(&release, self.inner.node.response_timeout()))
             .await;

@@ -261,9 +261,9 @@ impl Lock {
     async fn release_hold(&self, field: &str, hold_id: &str) -> Result<Released> {
         let latch = self.keys().unlock_latch(hold_id);
         let spent = self.node().take_spent_latches();
-        let first = protocol::release(self.keys(), field, &latch, spent, false);
-        // Sent again, it reads the latch the first one may have written.
-        let retry = protocol::release(self.keys(), field, &latch, None, true);
+        let first = protocol::release(self.keys(), field, &latch, spent);
+        // Sent again, it answers with the first one's result if that ran.
+        let retry = protocol::release(self.keys(), field, &latch, None);
         let sent_at = Instant::now();
         self.traced_release(async {
             let mut conn = match self.node().checkout(self.lane()).await {

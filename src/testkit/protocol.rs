@@ -138,23 +138,11 @@ pub fn extend(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'sta
     script(wire::extend(&LockKeys::new(name), field, lease))
 }
 
-/// The release script call of hold `hold_id`, sent for the first time.
-/// Reply: nil (not held), 0 (still held) or 1 (deleted and published).
+/// The release script call of hold `hold_id`. Reply: nil (not held), 0
+/// (still held) or 1 (deleted and published); a retry returns the first
+/// result.
 pub fn release(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
     release_deleting(name, field, hold_id, [])
-}
-
-/// The release of hold `hold_id` sent again (its reply was lost): it
-/// returns the first one's result. Reply as [`release`].
-pub fn release_retry(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
-    let keys = LockKeys::new(name);
-    script(wire::release(
-        &keys,
-        field,
-        &keys.unlock_latch(hold_id),
-        None,
-        true,
-    ))
 }
 
 /// The release script call of hold `hold_id`, deleting on the way the
@@ -172,7 +160,6 @@ pub fn release_deleting(
         field,
         &keys.unlock_latch(hold_id),
         spent,
-        false,
     ))
 }
 

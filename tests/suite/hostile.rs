@@ -279,17 +279,9 @@ fn cases() -> Vec<Case> {
                 pipe
             },
         },
-        // A first release does not read its latch (it cannot hold a result
-        // yet): only its retry does.
         Case {
             script: "release",
             call: |f| protocol::release(&f.name, &f.field, &f.hold),
-            keys: |f| vec![lock_key(f, true)],
-            setup: held,
-        },
-        Case {
-            script: "release (a retry)",
-            call: |f| protocol::release_retry(&f.name, &f.field, &f.hold),
             keys: |f| vec![lock_key(f, true), latch_key(f)],
             setup: held,
         },

@@ -226,13 +226,14 @@ async fn lock_and_unlock_cost_two_script_calls() {
     // exactly what the two scripts do, so none of them came over the wire
     // on its own. Acquire, as Redisson's: EXISTS (the lock, and the
     // request's latch: a rollback's tombstone?), HINCRBY, PEXPIRE. Release:
-    // HGET, DEL (the lock, and the previous release's latch, which
-    // Redisson's client deletes with a command of its own), PUBLISH, SET
-    // (the latch); a first release does not read its latch.
+    // GET (the latch), HGET, DEL (the lock, and the previous release's
+    // latch, which Redisson's client deletes with a command of its own),
+    // PUBLISH, SET (the latch).
     for (inner, per_cycle) in [
         ("exists", 1),
         ("hincrby", 1),
         ("pexpire", 1),
+        ("get", 1),
         ("hget", 1),
         ("del", 1),
         ("publish", 1),
@@ -415,7 +416,7 @@ async fn a_retried_release_returns_its_first_result() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    let retried: Option<i64> = protocol::release_retry("latched", &field, "request-1")
+    let retried: Option<i64> = protocol::release("latched", &field, "request-1")
         .invoke_async(&mut conn)
         .await
         .unwrap();
@@ -437,6 +438,46 @@ async fn a_retried_release_returns_its_first_result() {
     assert!(
         matches!(guard.unlock().await, Err(multilock::Error::NotHeld { .. })),
         "released underneath"
+    );
+}
+
+/// A release's first send can reach the server after its retry went
+/// through on another connection (a partition healed, and TCP delivered
+/// the old segment late), and after the owner took the lock again: it must
+/// answer with the retry's result from the latch and leave the new hold,
+/// not release once more.
+#[tokio::test]
+async fn a_late_first_send_of_a_release_leaves_a_new_hold() {
+    let server = server().await;
+    let mut conn = raw(&server.url()).await;
+    let field = protocol::field("late-client", "owner");
+    let lease = Duration::from_secs(60);
+    let granted: AcquireReply = protocol::acquire("late", &field, lease, "hold-1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(granted, AcquireReply::Granted { count: 1, .. }));
+    // The retry, on a fresh connection, goes through first.
+    let retried: Option<i64> = protocol::release("late", &field, "hold-1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(retried, Some(1));
+    let again: AcquireReply = protocol::acquire("late", &field, lease, "hold-2")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(matches!(again, AcquireReply::Granted { count: 1, .. }));
+    // The first send, late.
+    let late: Option<i64> = protocol::release("late", &field, "hold-1")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(late, Some(1), "the retry's result");
+    assert_eq!(
+        hold_count(&server, "late", &field).await,
+        1,
+        "the new hold is left"
     );
 }
 
