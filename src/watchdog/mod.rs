@@ -420,7 +420,13 @@ impl NodeWatchdog {
             return;
         };
         let mut by_node = by_node.lock().unwrap();
-        let entries = self.entries.lock().unwrap();
+        let mut entries = self.entries.lock().unwrap();
+        // A record of a guessing rollback matters for grants in flight when
+        // it was sent; past the rollback window there are none.
+        let now = Instant::now();
+        entries
+            .guessing
+            .retain(|(_, at)| now.saturating_duration_since(*at) < timing::ROLLBACK_WINDOW);
         if entries.by_lock.is_empty()
             && entries.timer.is_none()
             && entries.guessing.is_empty()

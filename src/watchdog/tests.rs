@@ -109,8 +109,26 @@ async fn a_grant_in_flight_during_a_guessing_rollback_is_not_trusted() {
         1,
         "the re-entry registered last is still held"
     );
-    // The record keeps the node's watchdog while it matters.
-    assert_eq!(watchdogs.nodes(), 1);
+    drop(later);
+    assert_eq!(
+        watchdogs.nodes(),
+        1,
+        "the records keep the node's watchdog while they matter"
+    );
+    tokio::time::advance(timing::ROLLBACK_WINDOW).await;
+    let last = watchdogs.register(
+        &node,
+        &key,
+        &field,
+        grant(Instant::now(), 10_000, 1),
+        Renewal::None,
+    );
+    drop(last);
+    assert_eq!(
+        watchdogs.nodes(),
+        0,
+        "past the rollback window they go with the last hold"
+    );
 }
 
 #[tokio::test(start_paused = true)]
