@@ -25,7 +25,9 @@ pub use delay_line::Delay;
 ///   swallows every new one too (a dropped route), until
 ///   [`TcpProxy::restore`];
 /// - [`TcpProxy::set_delay`] adds latency, fixed or jittered, per
-///   [`Direction`], precise to tens of microseconds;
+///   [`Direction`]: each chunk leaves within tens of microseconds of its
+///   due time where Linux lets the delay line set a 1 ns timer slack, and
+///   within about 0.1 ms otherwise;
 /// - [`TcpProxy::black_hole_direction`] swallows one direction only (a
 ///   request applied whose reply never comes, say);
 /// - [`TcpProxy::cut`] and [`TcpProxy::cut_all`] close connections
