@@ -1,8 +1,10 @@
 //! How a request gets a connection of its node, and runs on it.
 //!
-//! Requests share a few multiplexed connections, pipelined: one per worker
-//! thread of the runtime, at most the pool size, each a pooled object kept
-//! out of the pool while it is usable. A checkout clones one, with no I/O,
+//! Requests share multiplexed connections, pipelined: one by default (the
+//! server reads and answers the most requests per read and write), more if
+//! the node was built with more (`NodeBuilder::shared_connections`), at
+//! most the pool size, each a pooled object kept out of the pool while it
+//! is usable. A checkout clones one, with no I/O,
 //! lock wait or await; the pool is asked only to make or replace one, and
 //! for the requests that need a connection to themselves (a replica-sync
 //! `WAIT`). A lock's requests keep to one shared connection ([`Lane`]), so
@@ -65,11 +67,7 @@ impl Node {
     /// A shared connection: `lane`'s, or without one, each in turn.
     async fn checkout_shared(&self, lane: Option<Lane>) -> Result<Conn> {
         let inner = &self.inner;
-        let spread = *inner.spread.get_or_init(|| {
-            let workers = tokio::runtime::Handle::try_current()
-                .map_or(1, |runtime| runtime.metrics().num_workers());
-            workers.clamp(1, inner.shared.len())
-        });
+        let spread = inner.spread;
         let slot = match (spread, lane) {
             (1, _) => 0,
             (_, Some(Lane(lane))) => (lane % spread as u64) as usize,

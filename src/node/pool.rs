@@ -2,8 +2,8 @@
 //! connections whose recycle does no I/O.
 //!
 //! Requests share connections: the node keeps pooled objects out of the
-//! pool as its shared connections (one per worker thread of the runtime, at
-//! most the pool size), and a checkout clones one of those multiplexed
+//! pool as its shared connections (one unless the node was built with more,
+//! at most the pool size), and a checkout clones one of those multiplexed
 //! handles, the one its lock's name picks (no pool lock, no semaphore, no
 //! await), so concurrent requests pipeline on a few sockets instead of
 //! queueing for a connection each, and a lock's requests stay in order. The pool is asked only for shared connections (the first, and to

@@ -250,41 +250,48 @@ async fn connections(url: &str) -> usize {
     list.lines().count() - 1
 }
 
-/// Concurrent requests pipeline on shared connections, one per worker
-/// thread, and a lock's requests keep to one of them: on two workers, a
-/// lock+unlock opens one command connection, and 64 tasks on 64 locks open
-/// the second and no more.
+/// Concurrent requests pipeline on shared connections, and a lock's
+/// requests keep to one of them: by default a node's 64 tasks on 64 locks
+/// share one command connection (the fewest reads and writes for the
+/// server), and a node built with `shared_connections(2)` opens a second
+/// and no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_requests_share_a_connection_per_worker() {
-    let server = server().await;
-    let node = node(&server);
-    let client = client();
-    let url = server.url();
-    let warm = client.lock(&node, "shared:warm").unwrap();
-    for _ in 0..3 {
-        warm.lock().await.unwrap().unlock().await.unwrap();
-    }
-    assert_eq!(connections(&url).await, 1, "one lock, one connection");
+async fn concurrent_requests_share_the_configured_connections() {
+    for shared in [None, Some(2)] {
+        let server = server().await;
+        let url = server.url();
+        let mut builder = multilock::Node::builder(&url).response_timeout(Duration::from_secs(2));
+        if let Some(shared) = shared {
+            builder = builder.shared_connections(shared);
+        }
+        let node = builder.build().unwrap();
+        let client = client();
+        let warm = client.lock(&node, "shared:warm").unwrap();
+        for _ in 0..3 {
+            warm.lock().await.unwrap().unlock().await.unwrap();
+        }
+        assert_eq!(connections(&url).await, 1, "one lock, one connection");
 
-    let tasks: Vec<_> = (0..64)
-        .map(|i| {
-            let lock = client.lock(&node, format!("shared:{i}")).unwrap();
-            tokio::spawn(async move {
-                for _ in 0..20 {
-                    let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
-                    guard.unlock().await.unwrap();
-                }
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let lock = client.lock(&node, format!("shared:{i}")).unwrap();
+                tokio::spawn(async move {
+                    for _ in 0..20 {
+                        let guard = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
+                        guard.unlock().await.unwrap();
+                    }
+                })
             })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(
+            connections(&url).await,
+            shared.unwrap_or(1),
+            "command connections with shared_connections({shared:?})"
+        );
     }
-    assert_eq!(
-        connections(&url).await,
-        2,
-        "a command connection per worker"
-    );
 }
 
 /// A node at `url` with a pool of one command connection.
