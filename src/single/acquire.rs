@@ -194,12 +194,30 @@ impl Lock {
         }
     }
 
-    /// One acquire request. If the caller goes away while it is in flight,
-    /// the request still completes in the background, and whatever it did is
-    /// undone there ([`SentAcquire::settle`]); if its outcome is unknown
-    /// (timeout, broken connection), it is rolled back, exactly: only if it
-    /// was applied.
+    /// One acquire attempt. If the caller goes away while a request is in
+    /// flight, the request still completes in the background, and whatever
+    /// it did is undone there ([`SentAcquire::settle`]); if its outcome is
+    /// unknown (timeout, broken connection), it is rolled back, exactly:
+    /// only if it was applied.
+    ///
+    /// A grant that a rollback of this owner's earlier request may have
+    /// undone (it was in flight when that rollback counted the holds) is
+    /// rolled back and asked for once more at once: the new request is sent
+    /// after the count, so its grant is trusted. A caller never sees it as
+    /// "taken".
     pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
+        match self.request(owner, lease).await? {
+            Some(attempt) => Ok(attempt),
+            None => Ok(self
+                .request(owner, lease)
+                .await?
+                .unwrap_or(Attempt::Expired)),
+        }
+    }
+
+    /// One acquire request; `None`: granted, but not trusted (see
+    /// [`Lock::attempt`]), and rolled back.
+    async fn request(&self, owner: &Owner, lease: Option<Duration>) -> Result<Option<Attempt>> {
         let field = self.field(owner);
         let hold_id = protocol::new_request_id();
         let sent_at = Instant::now();
@@ -230,8 +248,12 @@ impl Lock {
                 // node, or this process, was stalled): the key may already
                 // be someone else's. Not a grant; undone in the background.
                 tracing::debug!(lock = %self.inner.keys.name, "a grant read after its TTL: not acquired");
-                tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
-                Ok(Attempt::Expired)
+                let counted = Some(self.count_for_rollback(&field));
+                tokio::spawn(
+                    sent.undo
+                        .roll_back(self.clone(), field, hold_id, sent_at, counted),
+                );
+                Ok(Some(Attempt::Expired))
             }
             Ok(Acquired::Granted(grant)) => {
                 // No await between the grant and the part: from here on,
@@ -251,29 +273,54 @@ impl Lock {
                 );
                 let Some(registration) = registration else {
                     // A rollback of this owner's may have undone it.
-                    tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
-                    return Ok(Attempt::Expired);
+                    let counted = Some(self.count_for_rollback(&field));
+                    tokio::spawn(sent.undo.roll_back(
+                        self.clone(),
+                        field,
+                        hold_id,
+                        sent_at,
+                        counted,
+                    ));
+                    return Ok(None);
                 };
-                Ok(Attempt::Granted(HeldPart::new(
+                Ok(Some(Attempt::Granted(HeldPart::new(
                     self.clone(),
                     field,
                     hold_id,
                     lease,
                     registration,
                     grant.token,
-                )))
+                ))))
             }
-            Ok(Acquired::Taken(ttl)) => Ok(Attempt::Taken(ttl)),
+            Ok(Acquired::Taken(ttl)) => Ok(Some(Attempt::Taken(ttl))),
             // Only a request rolled back before it arrived is cancelled, and
             // nobody awaits those.
-            Ok(Acquired::Cancelled) => Ok(Attempt::Taken(None)),
+            Ok(Acquired::Cancelled) => Ok(Some(Attempt::Taken(None))),
             Err(err) => {
                 if may_hold {
-                    tokio::spawn(sent.undo.roll_back(self.clone(), field, hold_id, sent_at));
+                    let counted = Some(self.count_for_rollback(&field));
+                    tokio::spawn(sent.undo.roll_back(
+                        self.clone(),
+                        field,
+                        hold_id,
+                        sent_at,
+                        counted,
+                    ));
                 }
                 Err(err)
             }
         }
+    }
+
+    /// The holds of `field` on this lock's node this client has on record,
+    /// for a rollback about to be sent, recorded as such (see
+    /// `Watchdogs::begin_guessing_rollback`).
+    fn count_for_rollback(&self, field: &Arc<str>) -> u64 {
+        self.inner.core.watchdogs.begin_guessing_rollback(
+            &self.inner.node,
+            &self.inner.keys.name,
+            field,
+        )
     }
 
     /// Sends the acquire script. Owns everything it needs, so it can finish
@@ -418,7 +465,7 @@ impl SentAcquire {
     async fn settle(self) {
         if self.may_hold() {
             self.undo
-                .roll_back(self.lock, self.field, self.hold_id, self.sent_at)
+                .roll_back(self.lock, self.field, self.hold_id, self.sent_at, None)
                 .await;
         }
     }
@@ -432,19 +479,28 @@ impl Undo {
     /// then on fresh ones with backoff, until the rollback window ends (a
     /// re-entry's latch expires then): after that the server can no longer
     /// tell, and the grant, if there was one, ends with its lease.
-    async fn roll_back(self, lock: Lock, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
+    ///
+    /// `counted`: the first try's count, taken when the rollback was decided
+    /// (so the caller's next request, sent after it, is trusted); `None`:
+    /// taken when the first try is sent.
+    async fn roll_back(
+        self,
+        lock: Lock,
+        field: Arc<str>,
+        hold_id: Arc<str>,
+        sent_at: Instant,
+        mut counted: Option<u64>,
+    ) {
         let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
         let node = lock.node().clone();
         let patience = node.response_timeout();
         let mut conn = self.conn;
         let mut backoff = Duration::from_millis(50);
         loop {
-            // Counted afresh for every try: holds taken meanwhile count.
-            let known_holds = lock.inner.core.watchdogs.begin_guessing_rollback(
-                &node,
-                &lock.inner.keys.name,
-                &field,
-            );
+            // Counted afresh for every later try: holds taken meanwhile count.
+            let known_holds = counted
+                .take()
+                .unwrap_or_else(|| lock.count_for_rollback(&field));
             let rollback = protocol::rollback(
                 lock.keys(),
                 &field,
