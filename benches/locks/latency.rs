@@ -61,13 +61,8 @@ impl AtDelay {
 /// Every delay of the settings, each server behind its own proxy.
 pub async fn latency(settings: &Settings, servers: &Servers, report: &mut Report) -> BenchResult {
     let mut proxies = Vec::with_capacity(SERVERS);
-    for url in &servers.urls {
-        let port = url
-            .rsplit(':')
-            .next()
-            .and_then(|port| port.parse().ok())
-            .ok_or("a server URL without a port")?;
-        proxies.push(TcpProxy::start(port).await?);
+    for server in &servers.processes {
+        proxies.push(TcpProxy::start(server.port()).await?);
     }
     let urls: Vec<String> = proxies.iter().map(TcpProxy::url).collect();
     let nodes = urls

@@ -318,14 +318,15 @@ impl Node {
         }
     }
 
-    /// Spent latches for a release to delete, a few at a time.
-    pub(crate) fn take_spent_latches(&self) -> Vec<String> {
+    /// Calls `release` with spent latches for it to delete, a few at a
+    /// time, moved out under the lock (no copy, no allocation).
+    pub(crate) fn with_spent_latches<R>(
+        &self,
+        release: impl FnOnce(std::vec::Drain<'_, String>) -> R,
+    ) -> R {
         let mut spent = self.inner.spent_latches.lock().unwrap();
-        if spent.is_empty() {
-            return Vec::new();
-        }
         let keep = spent.len().saturating_sub(SPENT_LATCHES_PER_RELEASE);
-        spent.split_off(keep)
+        release(spent.drain(keep..))
     }
 
     /// The reply timeout this node was built with.

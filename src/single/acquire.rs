@@ -248,11 +248,7 @@ impl Lock {
                 // node, or this process, was stalled): the key may already
                 // be someone else's. Not a grant; undone in the background.
                 tracing::debug!(lock = %self.inner.keys.name, "a grant read after its TTL: not acquired");
-                let counted = Some(self.count_for_rollback(&field));
-                tokio::spawn(
-                    sent.undo
-                        .roll_back(self.clone(), field, hold_id, sent_at, counted),
-                );
+                self.roll_back_later(sent.undo, field, hold_id, sent_at);
                 Ok(Some(Attempt::Expired))
             }
             Ok(Acquired::Granted(grant)) => {
@@ -273,14 +269,7 @@ impl Lock {
                 );
                 let Some(registration) = registration else {
                     // A rollback of this owner's may have undone it.
-                    let counted = Some(self.count_for_rollback(&field));
-                    tokio::spawn(sent.undo.roll_back(
-                        self.clone(),
-                        field,
-                        hold_id,
-                        sent_at,
-                        counted,
-                    ));
+                    self.roll_back_later(sent.undo, field, hold_id, sent_at);
                     return Ok(None);
                 };
                 Ok(Some(Attempt::Granted(HeldPart::new(
@@ -298,18 +287,19 @@ impl Lock {
             Ok(Acquired::Cancelled) => Ok(Some(Attempt::Taken(None))),
             Err(err) => {
                 if may_hold {
-                    let counted = Some(self.count_for_rollback(&field));
-                    tokio::spawn(sent.undo.roll_back(
-                        self.clone(),
-                        field,
-                        hold_id,
-                        sent_at,
-                        counted,
-                    ));
+                    self.roll_back_later(sent.undo, field, hold_id, sent_at);
                 }
                 Err(err)
             }
         }
+    }
+
+    /// Rolls back, in the background, a request nobody will hold. The holds
+    /// on record are counted now, before the caller can send its next
+    /// request, so that request's grant is trusted.
+    fn roll_back_later(&self, undo: Undo, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
+        let counted = Some(self.count_for_rollback(&field));
+        tokio::spawn(undo.roll_back(self.clone(), field, hold_id, sent_at, counted));
     }
 
     /// The holds of `field` on this lock's node this client has on record,

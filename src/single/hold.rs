@@ -260,10 +260,11 @@ impl Lock {
     /// the node answers, within [`timing::ROLLBACK_WINDOW`].
     async fn release_hold(&self, field: &str, hold_id: &str) -> Result<Released> {
         let latch = self.keys().unlock_latch(hold_id);
-        let spent = self.node().take_spent_latches();
-        let first = protocol::release(self.keys(), field, &latch, spent);
-        // Sent again, it answers with the first one's result if that ran.
-        let retry = protocol::release(self.keys(), field, &latch, None);
+        // Resent as it is: its latch makes a resend answer with the first
+        // send's result, and deleting the spent latches twice is harmless.
+        let release = self
+            .node()
+            .with_spent_latches(|spent| protocol::release(self.keys(), field, &latch, spent));
         let sent_at = Instant::now();
         self.traced_release(async {
             let mut conn = match self.node().checkout(self.lane()).await {
@@ -271,12 +272,12 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    tokio::spawn(finish_release(self.clone(), None, retry, sent_at));
+                    tokio::spawn(finish_release(self.clone(), None, release, sent_at));
                     return Err(err);
                 }
             };
-            let reply = match conn.run(&first).await {
-                Err(err) if err.outcome_unknown() => conn.run(&retry).await,
+            let reply = match conn.run(&release).await {
+                Err(err) if err.outcome_unknown() => conn.run(&release).await,
                 reply => {
                     // Answered at the first try: nothing can resend it, so
                     // its latch has served. After a retry the first send
@@ -291,7 +292,7 @@ impl Lock {
             if let Err(err) = &reply
                 && err.outcome_unknown()
             {
-                tokio::spawn(finish_release(self.clone(), Some(conn), retry, sent_at));
+                tokio::spawn(finish_release(self.clone(), Some(conn), release, sent_at));
             }
             reply
         })
