@@ -77,7 +77,8 @@ pub enum Unavailable {
     /// The connection was refused or could not be established.
     Refused,
     /// Connecting, waiting for a pooled connection or waiting for the reply
-    /// took longer than the node's timeout.
+    /// took longer than the node's timeout; or so did the rollback of the
+    /// same owner's earlier request, which its next request waits for.
     Timeout,
     /// The connection broke while the request was under way: it may or may
     /// not have been applied.

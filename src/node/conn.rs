@@ -166,7 +166,7 @@ impl Node {
     }
 
     /// Failing at once while the node is suspect, with nothing sent.
-    async fn refuse_if_suspect(&self) -> Result<()> {
+    pub(crate) async fn refuse_if_suspect(&self) -> Result<()> {
         if !self.inner.health.is_suspect() {
             return Ok(());
         }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{HeldPart, Lock};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
 use crate::metrics;
@@ -19,7 +19,7 @@ use crate::node::{AfterSubscribing as Next, Conn};
 use crate::owner::Owner;
 use crate::protocol::{self, Acquired};
 use crate::timing;
-use crate::watchdog::GrantRecord;
+use crate::watchdog::{GrantRecord, PendingRollback};
 
 /// Longest single wait when the lock's TTL is unknown (a key without expiry):
 /// bounds the cost of a lost unlock message.
@@ -202,9 +202,9 @@ impl Lock {
     ///
     /// A grant that a rollback of this owner's earlier request may have
     /// undone (it was in flight when that rollback counted the holds) is
-    /// rolled back and asked for once more at once: the new request is sent
-    /// after the count, so its grant is trusted. A caller never sees it as
-    /// "taken".
+    /// rolled back and asked for once more at once: the new request waits
+    /// until those rollbacks are answered, so its grant is trusted. A caller
+    /// never sees it as "taken".
     pub(crate) async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
         match self.request(owner, lease).await? {
             Some(attempt) => Ok(attempt),
@@ -219,6 +219,7 @@ impl Lock {
     /// [`Lock::attempt`]), and rolled back.
     async fn request(&self, owner: &Owner, lease: Option<Duration>) -> Result<Option<Attempt>> {
         let field = self.field(owner);
+        self.rollbacks_answered(&field).await?;
         let hold_id = protocol::new_request_id();
         let sent_at = Instant::now();
         let request = self
@@ -295,11 +296,48 @@ impl Lock {
     }
 
     /// Rolls back, in the background, a request nobody will hold. The holds
-    /// on record are counted now, before the caller can send its next
-    /// request, so that request's grant is trusted.
-    fn roll_back_later(&self, undo: Undo, field: Arc<str>, hold_id: Arc<str>, sent_at: Instant) {
+    /// on record are counted now, and the field's next request waits until
+    /// the rollback is answered, so that request's grant is trusted.
+    pub(super) fn roll_back_later(
+        &self,
+        undo: Undo,
+        field: Arc<str>,
+        hold_id: Arc<str>,
+        sent_at: Instant,
+    ) {
+        let pending = self.rollback_pending(&field);
         let counted = Some(self.count_for_rollback(&field));
-        tokio::spawn(undo.roll_back(self.clone(), field, hold_id, sent_at, counted));
+        tokio::spawn(undo.roll_back(self.clone(), field, hold_id, sent_at, counted, pending));
+    }
+
+    /// Holds back this field's requests on this node until the rollback
+    /// about to be decided is answered (see `Watchdogs::rollback_pending`).
+    fn rollback_pending(&self, field: &Arc<str>) -> PendingRollback {
+        self.inner
+            .core
+            .watchdogs
+            .rollback_pending(&self.inner.node, &self.inner.keys.name, field)
+    }
+
+    /// Waits until no rollback of `field`'s earlier requests on this node is
+    /// pending, for as long as the node's response timeout: a request sent
+    /// before such a rollback is answered could be the hold it undoes. A
+    /// suspect node fails at once, as the request would.
+    async fn rollbacks_answered(&self, field: &str) -> Result<()> {
+        let node = &self.inner.node;
+        node.refuse_if_suspect().await?;
+        let answered =
+            self.inner
+                .core
+                .watchdogs
+                .rollbacks_answered(node, &self.inner.keys.name, field);
+        tokio::time::timeout(node.response_timeout(), answered)
+            .await
+            .map_err(|_| Error::NodeUnavailable {
+                node: node.addr().to_owned(),
+                reason: Unavailable::Timeout,
+                source: None,
+            })
     }
 
     /// The holds of `field` on this lock's node this client has on record,
@@ -427,16 +465,16 @@ struct SentAcquire {
 
 /// What a rollback of an acquire needs to know and goes through.
 #[derive(Default)]
-struct Undo {
+pub(super) struct Undo {
     /// The acquire left this process (it may have been applied).
-    sent: bool,
+    pub(super) sent: bool,
     /// The acquire was granted (whatever came after it).
-    granted: bool,
+    pub(super) granted: bool,
     /// The grant was released again (replica sync failed).
-    released: bool,
+    pub(super) released: bool,
     /// The acquire's own connection: a rollback sent on it is applied after
     /// the acquire, even when the node was paused in between.
-    conn: Option<Conn>,
+    pub(super) conn: Option<Conn>,
 }
 
 impl SentAcquire {
@@ -454,8 +492,16 @@ impl SentAcquire {
     /// Nobody takes this reply: undo whatever it may have done.
     async fn settle(self) {
         if self.may_hold() {
+            let pending = self.lock.rollback_pending(&self.field);
             self.undo
-                .roll_back(self.lock, self.field, self.hold_id, self.sent_at, None)
+                .roll_back(
+                    self.lock,
+                    self.field,
+                    self.hold_id,
+                    self.sent_at,
+                    None,
+                    pending,
+                )
                 .await;
         }
     }
@@ -470,9 +516,11 @@ impl Undo {
     /// re-entry's latch expires then): after that the server can no longer
     /// tell, and the grant, if there was one, ends with its lease.
     ///
-    /// `counted`: the first try's count, taken when the rollback was decided
-    /// (so the caller's next request, sent after it, is trusted); `None`:
-    /// taken when the first try is sent.
+    /// `counted`: the first try's count, taken when the rollback was decided;
+    /// `None`: taken when the first try is sent. `pending` holds the field's
+    /// next requests back until a try is answered (or the rollback gives
+    /// up): the first try applied decides, and its count must not miss a
+    /// hold granted before it.
     async fn roll_back(
         self,
         lock: Lock,
@@ -480,7 +528,9 @@ impl Undo {
         hold_id: Arc<str>,
         sent_at: Instant,
         mut counted: Option<u64>,
+        pending: PendingRollback,
     ) {
+        let _answered_on_return = pending;
         let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
         let node = lock.node().clone();
         let patience = node.response_timeout();

@@ -6,6 +6,8 @@
 mod acquire;
 mod hold;
 mod queries;
+#[cfg(all(test, feature = "testkit"))]
+mod tests;
 
 use std::fmt;
 use std::sync::Arc;

@@ -30,6 +30,7 @@
 
 use std::collections::{HashMap, hash_map};
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -59,6 +60,9 @@ type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
 pub(crate) struct Watchdogs {
     timeout: Duration,
     by_node: Arc<ByNode>,
+    /// Rollbacks decided and not yet answered, on every node: when none
+    /// are, a request need not look for one of its own ([`PendingRollback`]).
+    unanswered: Arc<AtomicUsize>,
 }
 
 /// One node's holds and the timer that renews them.
@@ -70,6 +74,8 @@ pub(crate) struct NodeWatchdog {
     entries: Mutex<Entries>,
     /// Held for the length of one renewal batch; see the module docs.
     renewing: tokio::sync::Mutex<()>,
+    /// Notified whenever a [`PendingRollback`] ends.
+    answered: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -81,6 +87,8 @@ struct Entries {
     /// Rollbacks that may have undone a fresh hold by its count (see
     /// [`Watchdogs::begin_guessing_rollback`]), with when each was sent.
     guessing: Vec<(EntryKey, Instant)>,
+    /// One per [`PendingRollback`] alive.
+    unanswered: Vec<EntryKey>,
 }
 
 impl Entries {
@@ -135,6 +143,7 @@ impl Watchdogs {
         Watchdogs {
             timeout,
             by_node: Arc::new(Mutex::new(Vec::new())),
+            unanswered: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -180,6 +189,7 @@ impl Watchdogs {
                     by_node: Arc::downgrade(&self.by_node),
                     entries: Mutex::new(Entries::default()),
                     renewing: tokio::sync::Mutex::new(()),
+                    answered: tokio::sync::Notify::new(),
                 });
                 by_node.push(dog.clone());
                 dog
@@ -223,6 +233,76 @@ impl Watchdogs {
             .get(&key)
             .filter(|entry| !entry.standing.borrow().gone)
             .map_or(0, |entry| entry.holds as u64)
+    }
+
+    /// Marks a rollback of an acquire of `key`/`field` on `node` as decided
+    /// and not yet answered, until the returned value is dropped. Meanwhile
+    /// [`Watchdogs::rollbacks_answered`] holds back the field's requests.
+    ///
+    /// Why: the rollback counts the holds on record when it is sent, and
+    /// takes any hold above that count for the one it rolls back. A request
+    /// of the same field sent after that count, and applied before the
+    /// rollback (on another connection, or just before it on the same), is
+    /// such a hold: the rollback would undo a grant its owner trusts.
+    pub(crate) fn rollback_pending(
+        &self,
+        node: &Node,
+        key: &Arc<str>,
+        field: &Arc<str>,
+    ) -> PendingRollback {
+        let key = EntryKey {
+            lock: key.clone(),
+            field: field.clone(),
+        };
+        let mut by_node = self.by_node.lock().unwrap();
+        let dog = self.dog_in(&mut by_node, node);
+        let mut entries = dog.entries.lock().unwrap();
+        drop(by_node);
+        entries.unanswered.push(key.clone());
+        drop(entries);
+        self.unanswered.fetch_add(1, Ordering::AcqRel);
+        PendingRollback {
+            dog,
+            key,
+            unanswered: self.unanswered.clone(),
+        }
+    }
+
+    /// Waits until no rollback of `key`/`field` on `node` is pending (see
+    /// [`Watchdogs::rollback_pending`]). At once when none is pending on
+    /// any node, as nearly always.
+    ///
+    /// Cancel safe: it only waits.
+    pub(crate) async fn rollbacks_answered(&self, node: &Node, key: &str, field: &str) {
+        if self.unanswered.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(dog) = self
+            .by_node
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|dog| dog.node.id() == node.id())
+            .cloned()
+        else {
+            return;
+        };
+        loop {
+            let answered = dog.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            let pending = dog
+                .entries
+                .lock()
+                .unwrap()
+                .unanswered
+                .iter()
+                .any(|pending| &*pending.lock == key && &*pending.field == field);
+            if !pending {
+                return;
+            }
+            answered.await;
+        }
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.
@@ -430,10 +510,31 @@ impl NodeWatchdog {
         if entries.by_lock.is_empty()
             && entries.timer.is_none()
             && entries.guessing.is_empty()
+            && entries.unanswered.is_empty()
             && let Some(at) = by_node.iter().position(|dog| Arc::ptr_eq(dog, self))
         {
             by_node.swap_remove(at);
         }
+    }
+}
+
+/// A rollback decided and not yet answered ([`Watchdogs::rollback_pending`]):
+/// dropped once the server answered it, or it gave up.
+pub(crate) struct PendingRollback {
+    dog: Arc<NodeWatchdog>,
+    key: EntryKey,
+    unanswered: Arc<AtomicUsize>,
+}
+
+impl Drop for PendingRollback {
+    fn drop(&mut self) {
+        let mut entries = self.dog.entries.lock().unwrap();
+        if let Some(at) = entries.unanswered.iter().position(|key| *key == self.key) {
+            entries.unanswered.swap_remove(at);
+        }
+        drop(entries);
+        self.unanswered.fetch_sub(1, Ordering::AcqRel);
+        self.dog.answered.notify_waiters();
     }
 }
 
