@@ -206,7 +206,8 @@ impl Watchdogs {
     /// the holds were counted could be the one it undoes. Both happen under
     /// the lock `register` takes, so such a grant either is counted or finds
     /// this record and is refused by `register` (it is then rolled back and
-    /// tried again, never trusted).
+    /// tried again, never trusted). Requests sent after the count wait for
+    /// the rollback's answer ([`Watchdogs::rollback_pending`]).
     pub(crate) fn begin_guessing_rollback(
         &self,
         node: &Node,
