@@ -44,6 +44,8 @@ mod process;
 pub mod protocol;
 mod proxy;
 pub mod redisson;
+pub mod redisson_fair;
+pub mod redisson_rwlock;
 mod replicated;
 
 use std::io;

@@ -15,6 +15,7 @@ mod hostile;
 mod metrics;
 mod node_failure;
 mod proxy;
+mod redisson_family;
 mod redlock;
 mod reentrancy;
 mod scenarios;
