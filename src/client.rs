@@ -150,6 +150,42 @@ impl Client {
         Lock::new(self.core.clone(), node.clone(), name.into())
     }
 
+    /// A fair lock named `name` on `node`, compatible with Redisson's
+    /// `getFairLock`: it is granted in the order its waiters asked.
+    ///
+    /// Waiters queue in `redisson_lock_queue:{name}` with their deadlines
+    /// in `redisson_lock_timeout:{name}`, and each listens on its own
+    /// channel, `redisson_lock__channel:{name}:<client-uuid>:<owner>`: a
+    /// release wakes the head of the queue only. A waiter whose wait ends
+    /// without a grant (its deadline, an error, or the future dropped)
+    /// leaves the queue and moves the waiters behind it up; one that dies
+    /// keeps its turn for its share of the queue (its own wait, or
+    /// [`Lock::with_queue_wait`] for an unbounded wait, 5 minutes by
+    /// default), then the queue drops it. Waiters also ask again after the
+    /// time the queue estimates, as Redisson's do: a holder that expired
+    /// tells nobody. Everything else (re-entry, lease or watchdog, fencing,
+    /// the guard) is as [`Client::lock`]'s.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let client = Client::new();
+    /// let node = Node::new("redis://127.0.0.1:6379")?;
+    /// let tickets = client.fair_lock(&node, "tickets")?;
+    /// let guard = tickets.lock().await?; // first come, first served
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `name` is empty.
+    pub fn fair_lock(&self, node: &Node, name: impl Into<String>) -> Result<Lock> {
+        Lock::new_fair(self.core.clone(), node.clone(), name.into())
+    }
+
     /// A lock that every one of `locks` must grant. The locks may be on the
     /// same or different nodes and have different names (to lock several
     /// resources at once).

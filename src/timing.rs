@@ -119,6 +119,15 @@ pub(crate) fn token_floor() -> u64 {
         .unwrap_or(1)
 }
 
+/// The wall clock in epoch milliseconds: a fair lock's queue deadlines are
+/// in it, as Redisson's clients write them.
+pub(crate) fn epoch_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

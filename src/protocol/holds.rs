@@ -20,6 +20,54 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 // ---------------------------------------------------------------------------
 // Acquire
 
+/// The grant every acquire script ends with, once it decided to grant and
+/// checked the request's latch: validates the fencing counter, then counts
+/// the hold, sets the TTL (never shorter), writes a re-entry's latch, and
+/// takes the token. Expects KEYS[1] lock, KEYS[2] the request's hold latch,
+/// ARGV[1] lease, ARGV[2] field, and the locals `exists` (the key existed),
+/// `fencing` (nil, `1` or `2`), `floor` and `token_key`. Replies as
+/// [`ACQUIRE`] does for a grant.
+macro_rules! grant_lua {
+    () => {
+        r#"
+local fenced = fencing == '1' or (fencing == '2' and redis.call('exists', token_key) == 1)
+if fenced then
+    local counter = redis.call('get', token_key)
+    if counter and not (string.match(counter, '^%d+$') and #counter < 19) then
+        return redis.error_reply('ERR the fencing counter ' .. token_key .. ' is not a counter')
+    end
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local lease = tonumber(ARGV[1])
+local ttl = lease
+if exists then
+    redis.call('set', KEYS[2], 'granted', 'px', math.min(lease, 60000))
+    ttl = redis.call('pttl', KEYS[1])
+    if ttl < lease then
+        redis.call('pexpire', KEYS[1], lease)
+        ttl = lease
+    end
+else
+    redis.call('pexpire', KEYS[1], lease)
+end
+local token = -1
+if fencing == '1' then
+    if redis.call('exists', token_key) == 0 then
+        redis.call('set', token_key, floor)
+    end
+    token = redis.call('incr', token_key)
+elseif fenced then
+    token = tonumber(redis.call('get', token_key))
+end
+if not exists and token == -1 then
+    return nil
+end
+return {ttl, count, token}
+"#
+    };
+}
+pub(super) use grant_lua;
+
 /// KEYS[1] lock key, KEYS[2] this request's hold latch, KEYS[3] token
 /// counter (fenced only). ARGV[1] lease (ms), ARGV[2] field, ARGV[3]
 /// fencing (absent: off; 1 single: INCR, creating a missing counter at the
@@ -49,7 +97,8 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 /// -1}` any other grant; an integer >= -1, taken, the key's PTTL; -3,
 /// cancelled by a rollback that came first.
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(super) const ACQUIRE_LUA: &str = r#"
+pub(super) const ACQUIRE_LUA: &str = concat!(
+    r#"
 if not ARGV[3] and redis.call('exists', KEYS[1], KEYS[2]) == 0 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -62,40 +111,10 @@ end
 if redis.call('get', KEYS[2]) then
     return -3
 end
-local fenced = ARGV[3] == '1' or (ARGV[3] == '2' and redis.call('exists', KEYS[3]) == 1)
-if fenced then
-    local counter = redis.call('get', KEYS[3])
-    if counter and not (string.match(counter, '^%d+$') and #counter < 19) then
-        return redis.error_reply('ERR the fencing counter ' .. KEYS[3] .. ' is not a counter')
-    end
-end
-local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-local lease = tonumber(ARGV[1])
-local ttl = lease
-if exists then
-    redis.call('set', KEYS[2], 'granted', 'px', math.min(lease, 60000))
-    ttl = redis.call('pttl', KEYS[1])
-    if ttl < lease then
-        redis.call('pexpire', KEYS[1], lease)
-        ttl = lease
-    end
-else
-    redis.call('pexpire', KEYS[1], lease)
-end
-local token = -1
-if ARGV[3] == '1' then
-    if redis.call('exists', KEYS[3]) == 0 then
-        redis.call('set', KEYS[3], ARGV[4])
-    end
-    token = redis.call('incr', KEYS[3])
-elseif fenced then
-    token = tonumber(redis.call('get', KEYS[3]))
-end
-if not exists and token == -1 then
-    return nil
-end
-return {ttl, count, token}
-"#;
+local fencing, floor, token_key = ARGV[3], ARGV[4], KEYS[3]
+"#,
+    grant_lua!()
+);
 
 /// The acquire's reply when a rollback of the same request ran first.
 const CANCELLED: i64 = -3;
@@ -211,7 +230,7 @@ redis.call('set', KEYS[3], 1, 'px', ARGV[2])
 return 1
 "#;
 
-fn decode_released(reply: Value) -> RedisResult<Released> {
+pub(super) fn decode_released(reply: Value) -> RedisResult<Released> {
     Ok(match Option::<i64>::from_redis_value(reply)? {
         None => Released::NotHeld,
         Some(0) => Released::StillHeld,

@@ -18,6 +18,7 @@ use redis::{Cmd, FromRedisValue, RedisResult, Script, ScriptInvocation, Value};
 
 use crate::timing::{millis, ttl_from_pttl};
 
+pub(crate) mod fair;
 mod fencing;
 mod holds;
 
@@ -104,7 +105,7 @@ pub(crate) fn field(client_id: &str, owner: &str) -> std::sync::Arc<str> {
 
 /// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the name
 /// already carries a hash tag.
-fn prefixed(prefix: &str, name: &str) -> String {
+pub(super) fn prefixed(prefix: &str, name: &str) -> String {
     prefixed_with_room(prefix, name, 0)
 }
 
@@ -219,7 +220,7 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 7] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 12] {
     [
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
@@ -235,6 +236,15 @@ pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 7
             "force_unlock",
             holds::FORCE_UNLOCK_LUA,
             &holds::FORCE_UNLOCK,
+        ),
+        ("fair_acquire", fair::ACQUIRE_LUA, &fair::ACQUIRE),
+        ("fair_give_up", fair::GIVE_UP_LUA, &fair::GIVE_UP),
+        ("fair_release", fair::RELEASE_LUA, &fair::RELEASE),
+        ("fair_rollback", fair::ROLLBACK_LUA, &fair::ROLLBACK),
+        (
+            "fair_force_unlock",
+            fair::FORCE_UNLOCK_LUA,
+            &fair::FORCE_UNLOCK,
         ),
     ]
 }

@@ -124,6 +124,17 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 P::NAME
             )));
         }
+        // A fair part queues on its node when it is refused; a round that
+        // fails on other nodes would leave those entries behind until their
+        // deadlines. Its give-up belongs in the round (issue 22).
+        if let Some(fair) = locks.iter().find(|lock| lock.is_fair()) {
+            return Err(Error::invalid(format!(
+                "lock {:?} on node {} is a fair lock: a {} of fair locks is not supported yet",
+                fair.name(),
+                fair.node().addr(),
+                P::NAME
+            )));
+        }
         let replica_sync = locks[0].part_settings().1;
         if locks
             .iter()

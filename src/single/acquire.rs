@@ -10,6 +10,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::fair::QueueSeat;
 use super::{HeldPart, Lock};
 use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
@@ -51,11 +52,18 @@ impl Lock {
         let started = (observed || wait.is_some()).then(Instant::now);
         let deadline = wait.zip(started).map(|(w, s)| timing::deadline(s, w));
         let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
+        let this = self.for_wait(wait);
         async move {
             let mut first_taken = None;
-            let outcome = self
-                .wait_for_grant(&owner, lease, deadline, &mut first_taken)
+            let field = this.field(&owner);
+            let mut seat = QueueSeat::new(&this, &field);
+            let outcome = this
+                .wait_for_grant(&owner, &field, lease, deadline, &mut first_taken, &mut seat)
                 .await;
+            match &outcome {
+                Ok(Some(_)) => QueueSeat::granted(&mut seat),
+                _ => QueueSeat::give_up(&mut seat).await,
+            }
             let elapsed = started.map(|s| s.elapsed()).unwrap_or_default();
             let elapsed_us = elapsed.as_micros() as u64;
             match &outcome {
@@ -96,14 +104,18 @@ impl Lock {
     /// healthy node look down.
     /// `first_taken`: set when an attempt first finds the lock held by
     /// someone else (the wait that follows is measured from there).
+    /// `seat`: a fair lock's place in the queue, told when a request is in
+    /// flight.
     async fn wait_for_grant(
         &self,
         owner: &Owner,
+        field: &str,
         lease: Option<Duration>,
         deadline: Option<Instant>,
         first_taken: &mut Option<Instant>,
+        seat: &mut Option<QueueSeat>,
     ) -> Result<Option<HeldPart>> {
-        let channel = &self.inner.keys.channel;
+        let channel = &*self.wake_channel(field);
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
@@ -112,7 +124,10 @@ impl Lock {
         {
             Some(subscription) => (subscription, first_bound, Next::Attempt(None)),
             None => {
-                match self.attempt_by(owner, lease, first_bound).await? {
+                QueueSeat::sending(seat);
+                let attempt = self.attempt_by(owner, lease, first_bound).await;
+                QueueSeat::returned(seat);
+                match attempt? {
                     Some(Attempt::Granted(part)) => return Ok(Some(part)),
                     Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
                     Some(Attempt::Expired) => {}
@@ -142,7 +157,10 @@ impl Lock {
             let ttl = match std::mem::replace(&mut first, Next::Attempt(None)) {
                 Next::Park(ttl) => ttl,
                 Next::Attempt(duty) => {
-                    let ttl = match self.attempt_by(owner, lease, bound).await? {
+                    QueueSeat::sending(seat);
+                    let attempt = self.attempt_by(owner, lease, bound).await;
+                    QueueSeat::returned(seat);
+                    let ttl = match attempt? {
                         // A grant hands the check on (the duty drops): the
                         // next waiter's attempt tells the others, as one of
                         // them may share this owner and re-enter.
@@ -384,13 +402,7 @@ impl Lock {
         };
         let lock = &sent.lock;
         let lease = lock.lease(lease);
-        let acquire = protocol::acquire(
-            &lock.inner.keys,
-            &sent.field,
-            lease,
-            &sent.hold_id,
-            lock.inner.fencing,
-        );
+        let acquire = lock.acquire_call(&sent.field, lease, &sent.hold_id);
         sent.undo.sent = true;
         sent.reply = conn.run(&acquire).await;
         sent.replied_at = Instant::now();
@@ -434,7 +446,7 @@ impl Lock {
             return Ok(());
         }
         let latch = self.inner.keys.unlock_latch(hold_id);
-        let release = protocol::release(&self.inner.keys, field, &latch, None);
+        let release = self.release_call(field, &latch, None);
         let released = self
             .traced_release(conn.run_patiently(&release, self.inner.node.response_timeout()))
             .await;
@@ -503,6 +515,12 @@ impl SentAcquire {
                     pending,
                 )
                 .await;
+        } else if let Ok(Acquired::Taken(_)) = self.reply {
+            // A fair lock queued the waiter; nobody waits any more.
+            if let Err(err) = self.lock.give_up(&self.field).await {
+                tracing::debug!(lock = %self.lock.name(), error = %err, "giving up the queue failed; retrying in the background");
+                self.lock.give_up_later(self.field);
+            }
         }
     }
 }
@@ -541,13 +559,7 @@ impl Undo {
             let known_holds = counted
                 .take()
                 .unwrap_or_else(|| lock.count_for_rollback(&field));
-            let rollback = protocol::rollback(
-                lock.keys(),
-                &field,
-                &hold_id,
-                known_holds,
-                timing::ROLLBACK_WINDOW,
-            );
+            let rollback = lock.rollback_call(&field, &hold_id, known_holds);
             let attempt = match conn.take() {
                 Some(mut conn) => conn.run_patiently(&rollback, patience).await,
                 None => node.run(lock.lane(), &rollback).await,

@@ -264,7 +264,7 @@ impl Lock {
         // send's result, and deleting the spent latches twice is harmless.
         let release = self
             .node()
-            .with_spent_latches(|spent| protocol::release(self.keys(), field, &latch, spent));
+            .with_spent_latches(|spent| self.release_call(field, &latch, spent));
         let sent_at = Instant::now();
         self.traced_release(async {
             let mut conn = match self.node().checkout(self.lane()).await {

@@ -4,6 +4,7 @@
 //! release are in [`hold`].
 
 mod acquire;
+mod fair;
 mod hold;
 mod queries;
 #[cfg(all(test, feature = "testkit"))]
@@ -24,6 +25,7 @@ use crate::timing::{self, check_lease};
 use crate::watchdog::Renewal;
 
 pub(crate) use acquire::Attempt;
+pub use fair::DEFAULT_QUEUE_WAIT;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,6 +75,9 @@ pub(crate) use hold::{HeldPart, PartView};
 pub struct Lock {
     inner: Arc<LockInner>,
     owner: Option<Owner>,
+    /// A fair lock's share of the queue for the acquire under way (`None`:
+    /// the lock's own, see [`Lock::with_queue_wait`]).
+    queue_wait: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -91,6 +96,8 @@ struct LockInner {
     kind: metrics::Kind,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
+    /// A fair lock's queue (`None`: the reentrant lock).
+    queue: Option<fair::FairQueue>,
 }
 
 impl Lock {
@@ -109,9 +116,65 @@ impl Lock {
                 max_hold,
                 kind: metrics::SINGLE,
                 replica_sync: None,
+                queue: None,
             }),
             owner: None,
+            queue_wait: None,
         })
+    }
+
+    /// A fair lock (Redisson's `getFairLock`) named `name` on `node`.
+    pub(crate) fn new_fair(core: Arc<ClientCore>, node: Node, name: String) -> Result<Lock> {
+        let lock = Lock::new(core, node, name)?;
+        let queue = fair::FairQueue::new(lock.name());
+        Ok(lock.rebuilt(|inner| inner.queue = Some(queue)))
+    }
+
+    /// True for a fair lock ([`Client::fair_lock`](crate::Client::fair_lock)).
+    pub fn is_fair(&self) -> bool {
+        self.inner.queue.is_some()
+    }
+
+    /// This fair lock with `wait` as the share of the queue a waiter takes
+    /// when its acquire has no wait of its own ([`Lock::lock`],
+    /// [`Lock::lock_with_lease`], [`Lock::try_lock`]; a bounded wait takes
+    /// its own): how long the queue keeps the turn of a waiter that
+    /// stopped asking (it crashed) before the waiters behind it move on.
+    /// A live waiter whose turn was dropped queues again at the tail.
+    /// Redisson's default is [`DEFAULT_QUEUE_WAIT`], 5 minutes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] on a lock that is not fair, or for a wait
+    /// under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let client = multilock::Client::new();
+    /// # let node = multilock::Node::new("redis://127.0.0.1:6379")?;
+    /// use std::time::Duration;
+    /// let queue = client.fair_lock(&node, "tickets")?.with_queue_wait(Duration::from_secs(30))?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_queue_wait(&self, wait: Duration) -> Result<Lock> {
+        if self.inner.queue.is_none() {
+            return Err(Error::invalid(format!(
+                "lock {:?} is not a fair lock: it has no queue",
+                self.name()
+            )));
+        }
+        if wait < Duration::from_millis(1) || wait > timing::MAX_LEASE {
+            return Err(Error::invalid(
+                "a fair lock's queue wait must be from 1 ms to ten years (MAX_LEASE)",
+            ));
+        }
+        Ok(self.rebuilt(|inner| {
+            if let Some(queue) = &mut inner.queue {
+                queue.wait = wait;
+            }
+        }))
     }
 
     /// The lock's name (the Redis key).
@@ -165,6 +228,7 @@ impl Lock {
         Lock {
             inner: self.inner.clone(),
             owner: Some(owner),
+            queue_wait: self.queue_wait,
         }
     }
 
@@ -287,6 +351,7 @@ impl Lock {
         Lock {
             inner: Arc::new(inner),
             owner: self.owner.clone(),
+            queue_wait: self.queue_wait,
         }
     }
 
@@ -518,6 +583,7 @@ impl fmt::Debug for Lock {
             .field("owner", &self.owner)
             .field("fenced", &self.is_fenced())
             .field("replica_sync", &self.inner.replica_sync)
+            .field("fair", &self.is_fair())
             .finish()
     }
 }

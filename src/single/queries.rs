@@ -29,7 +29,7 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner
             .node
-            .run(self.inner.lane, &protocol::force_unlock(&self.inner.keys))
+            .run(self.inner.lane, &self.force_unlock_call())
             .await
     }
 

@@ -9,6 +9,7 @@ mod degraded;
 mod auth;
 mod errors;
 mod failover;
+mod fair;
 mod fencing;
 mod hostile;
 #[cfg(feature = "metrics")]

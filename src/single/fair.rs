@@ -1,0 +1,255 @@
+//! What a fair lock does besides the reentrant lock's work: its scripts
+//! carry the queue, its waiters listen on their own channel, and a waiter
+//! that stops waiting leaves the queue, whatever ends its wait (a grant, the
+//! deadline, an error, or the caller dropping the future).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Lock;
+use crate::error::Result;
+use crate::protocol::{self, Acquired, Call, Released, fair};
+use crate::timing;
+
+/// Redisson's default share of a queued `lock()` (its `threadWaitTime`):
+/// how long the queue keeps a waiter's turn before it counts as gone.
+pub const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(5 * 60);
+
+/// A fair lock's queue: its keys, and the share a waiter without a wait of
+/// its own takes.
+#[derive(Debug, Clone)]
+pub(super) struct FairQueue {
+    pub(super) keys: fair::QueueKeys,
+    pub(super) wait: Duration,
+}
+
+impl FairQueue {
+    pub(super) fn new(name: &str) -> FairQueue {
+        FairQueue {
+            keys: fair::QueueKeys::new(name),
+            wait: DEFAULT_QUEUE_WAIT,
+        }
+    }
+}
+
+impl Lock {
+    /// The wait a queued request of this handle takes as its share.
+    fn queue_wait(&self, queue: &FairQueue) -> Duration {
+        self.queue_wait.unwrap_or(queue.wait)
+    }
+
+    /// This handle for one acquire that waits `wait`: a fair lock's queue
+    /// then keeps the waiter's turn for that long, as Redisson's `tryLock`
+    /// does (a waiter that dies blocks the queue no longer than it would
+    /// have waited).
+    pub(super) fn for_wait(&self, wait: Option<Duration>) -> Lock {
+        match wait {
+            Some(wait) if self.inner.queue.is_some() && !wait.is_zero() => Lock {
+                inner: self.inner.clone(),
+                owner: self.owner.clone(),
+                queue_wait: Some(wait),
+            },
+            _ => self.clone(),
+        }
+    }
+
+    /// The channel a waiter of `field` listens on: the lock's, or a fair
+    /// lock's waiter's own.
+    pub(super) fn wake_channel(&self, field: &str) -> std::borrow::Cow<'_, str> {
+        match &self.inner.queue {
+            None => std::borrow::Cow::Borrowed(&self.inner.keys.channel),
+            Some(_) => {
+                std::borrow::Cow::Owned(fair::waiter_channel(&self.inner.keys.channel, field))
+            }
+        }
+    }
+
+    /// The acquire request of this lock's kind.
+    pub(super) fn acquire_call(
+        &self,
+        field: &str,
+        lease: Duration,
+        hold_id: &str,
+    ) -> Call<Acquired> {
+        let keys = &self.inner.keys;
+        match &self.inner.queue {
+            None => protocol::acquire(keys, field, lease, hold_id, self.inner.fencing),
+            Some(queue) => fair::acquire(
+                keys,
+                &queue.keys,
+                field,
+                lease,
+                hold_id,
+                self.inner.fencing,
+                self.queue_wait(queue),
+                timing::epoch_millis(),
+            ),
+        }
+    }
+
+    /// The release request of this lock's kind (see `protocol::release`).
+    pub(super) fn release_call(
+        &self,
+        field: &str,
+        latch: &str,
+        spent: impl IntoIterator<Item = String>,
+    ) -> Call<Released> {
+        let keys = &self.inner.keys;
+        match &self.inner.queue {
+            None => protocol::release(keys, field, latch, spent),
+            Some(queue) => fair::release(
+                keys,
+                &queue.keys,
+                field,
+                latch,
+                spent,
+                timing::epoch_millis(),
+            ),
+        }
+    }
+
+    /// The rollback request of this lock's kind (see `protocol::rollback`).
+    pub(super) fn rollback_call(
+        &self,
+        field: &str,
+        hold_id: &str,
+        known_holds: u64,
+    ) -> Call<Released> {
+        let keys = &self.inner.keys;
+        let window = timing::ROLLBACK_WINDOW;
+        match &self.inner.queue {
+            None => protocol::rollback(keys, field, hold_id, known_holds, window),
+            Some(queue) => fair::rollback(
+                keys,
+                &queue.keys,
+                field,
+                hold_id,
+                known_holds,
+                window,
+                self.queue_wait(queue),
+                timing::epoch_millis(),
+            ),
+        }
+    }
+
+    /// The force unlock of this lock's kind.
+    pub(super) fn force_unlock_call(&self) -> Call<bool> {
+        match &self.inner.queue {
+            None => protocol::force_unlock(&self.inner.keys),
+            Some(queue) => {
+                fair::force_unlock(&self.inner.keys, &queue.keys, timing::epoch_millis())
+            }
+        }
+    }
+
+    /// A fair lock's waiter of `field` leaves the queue (nothing for other
+    /// locks). Ok(true) when it was queued.
+    pub(super) async fn give_up(&self, field: &str) -> Result<bool> {
+        let Some(queue) = &self.inner.queue else {
+            return Ok(false);
+        };
+        let give_up = fair::give_up(
+            &self.inner.keys,
+            &queue.keys,
+            field,
+            self.queue_wait(queue),
+            timing::epoch_millis(),
+        );
+        self.inner.node.run(self.inner.lane, &give_up).await
+    }
+
+    /// [`Lock::give_up`], in the background: tried again with backoff while
+    /// the node fails, for as long as the entry could keep its turn (after
+    /// that the queue drops it as stale anyway).
+    pub(super) fn give_up_later(&self, field: Arc<str>) {
+        let Some(queue) = &self.inner.queue else {
+            return;
+        };
+        let give_up_by = tokio::time::Instant::now() + self.queue_wait(queue);
+        let lock = self.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                match lock.give_up(&field).await {
+                    Ok(_) => return,
+                    Err(err) if tokio::time::Instant::now() + backoff < give_up_by => {
+                        tracing::debug!(lock = %lock.name(), error = %err, "leaving the fair queue failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                    Err(err) => {
+                        tracing::warn!(lock = %lock.name(), node = %lock.node().addr(), error = %err, "a waiter could not leave the fair queue; it goes when its turn's deadline passes");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A fair lock's waiter's place in the queue while its acquire runs. If the
+/// acquire is dropped while no request is in flight, the place is given up
+/// in the background; with a request in flight, that request's own
+/// completion gives it up after the reply (a give-up sent now could be
+/// overtaken by the request, which would then queue again).
+pub(super) struct QueueSeat {
+    lock: Lock,
+    field: Arc<str>,
+    /// No request in flight, and one may have queued this waiter.
+    armed: bool,
+}
+
+impl QueueSeat {
+    /// `None` for locks without a queue: nothing to give up.
+    pub(super) fn new(lock: &Lock, field: &Arc<str>) -> Option<QueueSeat> {
+        lock.inner.queue.as_ref()?;
+        Some(QueueSeat {
+            lock: lock.clone(),
+            field: field.clone(),
+            armed: false,
+        })
+    }
+
+    /// A request is about to be sent: until it returns, its completion owns
+    /// the give-up.
+    pub(super) fn sending(seat: &mut Option<QueueSeat>) {
+        if let Some(seat) = seat {
+            seat.armed = false;
+        }
+    }
+
+    /// The request returned: the waiter may be queued.
+    pub(super) fn returned(seat: &mut Option<QueueSeat>) {
+        if let Some(seat) = seat {
+            seat.armed = true;
+        }
+    }
+
+    /// The wait ended without a grant: the waiter leaves the queue now, so
+    /// the next waiter's turn comes at once.
+    pub(super) async fn give_up(seat: &mut Option<QueueSeat>) {
+        let Some(seat) = seat.as_mut() else {
+            return;
+        };
+        seat.armed = false;
+        if let Err(err) = seat.lock.give_up(&seat.field).await {
+            tracing::debug!(lock = %seat.lock.name(), error = %err, "giving up the queue failed; retrying in the background");
+            seat.lock.give_up_later(seat.field.clone());
+        }
+    }
+
+    /// Granted: the grant took the waiter out of the queue.
+    pub(super) fn granted(seat: &mut Option<QueueSeat>) {
+        if let Some(seat) = seat {
+            seat.armed = false;
+        }
+    }
+}
+
+impl Drop for QueueSeat {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lock.give_up_later(self.field.clone());
+        }
+    }
+}
