@@ -19,7 +19,7 @@ pub use policy::{All, Majority, QuorumPolicy};
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::owner::Owner;
-use crate::single::Lock;
+use crate::single::{Lock, QueueSeats};
 use crate::timing::check_lease;
 
 /// Default per-node timeout of one acquire request in a multi-node lock.
@@ -29,7 +29,13 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// quorum of them is: see [`MultiLock`] (all) and [`RedLock`] (N/2+1).
 ///
 /// It offers the same methods as [`Lock`], so the three are interchangeable.
-/// Each node's part is a single-node reentrant lock with its own renewal.
+/// Each node's part is a single-node lock with its own renewal: reentrant,
+/// or fair ([`Client::fair_lock`](crate::Client::fair_lock)). A waiter on
+/// fair parts queues on every node and keeps its places from round to
+/// round; when its acquire ends (granted, out of time, failed or dropped)
+/// it leaves every queue it is still in. A round lost after some nodes
+/// granted releases those grants, so the waiter queues again at their tail:
+/// across nodes, fairness is per node and best effort.
 pub struct QuorumLock<P: QuorumPolicy> {
     locks: Arc<[Lock]>,
     owner: Option<Owner>,
@@ -121,17 +127,6 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 fenced.name(),
                 fenced.node().addr(),
                 P::NAME,
-                P::NAME
-            )));
-        }
-        // A fair part queues on its node when it is refused; a round that
-        // fails on other nodes would leave those entries behind until their
-        // deadlines. Its give-up belongs in the round (issue 22).
-        if let Some(fair) = locks.iter().find(|lock| lock.is_fair()) {
-            return Err(Error::invalid(format!(
-                "lock {:?} on node {} is a fair lock: a {} of fair locks is not supported yet",
-                fair.name(),
-                fair.node().addr(),
                 P::NAME
             )));
         }
@@ -334,17 +329,21 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     async fn acquire_until_granted(&self, lease: Option<Duration>) -> Result<Guard> {
         let budget = policy::default_budget(self.locks.len());
-        loop {
-            match self.acquire(budget, lease).await {
-                Ok(Some(guard)) => return Ok(guard),
+        // A fair part's place in its queue is kept from one budget to the next.
+        let seats = QueueSeats::new(self.locks.iter(), &self.owner());
+        let outcome = loop {
+            match self.acquire_within(budget, lease).await {
+                Ok(Some(guard)) => break Ok(guard),
                 Ok(None) => {}
                 Err(Error::NoQuorum(err)) if !err.is_permanent() => {
                     // Node changes are logged once each, by the nodes themselves.
                     tracing::debug!(error = %err, "no quorum within the budget; trying again");
                 }
-                Err(err) => return Err(err),
+                Err(err) => break Err(err),
             }
-        }
+        };
+        seats.finish(outcome.is_ok()).await;
+        outcome
     }
 
     /// One round, no waiting. `None` when the quorum was not granted.

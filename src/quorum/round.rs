@@ -27,12 +27,26 @@ use crate::guard::{Guard, LateParts, Shape};
 use crate::metrics;
 use crate::node::Node;
 use crate::owner::Owner;
-use crate::single::{Attempt, HeldPart, Lock};
+use crate::single::{Attempt, HeldPart, Lock, QueueSeats};
 use crate::timing;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
     /// Acquires within `wait`: the work behind every public acquire method.
+    /// The waiter leaves the queues of fair parts when it is over.
     pub(super) async fn acquire(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>> {
+        let seats = QueueSeats::new(self.locks.iter(), &self.owner());
+        let outcome = self.acquire_within(wait, lease).await;
+        seats.finish(matches!(outcome, Ok(Some(_)))).await;
+        outcome
+    }
+
+    /// [`QuorumLock::acquire`], leaving the queues of fair parts as they
+    /// are: a caller that tries again keeps its places.
+    pub(super) async fn acquire_within(
         &self,
         wait: Duration,
         lease: Option<Duration>,
@@ -93,11 +107,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let _ = back_off_after_split(&lost, deadline).await;
         // Subscribed before the next round, so a release during it wakes us.
         let patience = self.node_timeout.min(deadline - Instant::now());
-        let subscriptions = join_all(
-            self.locks
-                .iter()
-                .map(|lock| lock.node().subscribe(&lock.keys().channel, patience)),
-        )
+        let subscriptions = join_all(self.locks.iter().map(|lock| async move {
+            let channel = lock.wake_channel(&lock.field(owner));
+            lock.node().subscribe(&channel, patience).await
+        }))
         .await;
         loop {
             let mut wakes: Vec<Pin<Box<Notified<'_>>>> = subscriptions

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::Lock;
 use crate::error::Result;
+use crate::owner::Owner;
 use crate::protocol::{self, Acquired, Call, Released, fair};
 use crate::timing;
 
@@ -55,7 +56,7 @@ impl Lock {
 
     /// The channel a waiter of `field` listens on: the lock's, or a fair
     /// lock's waiter's own.
-    pub(super) fn wake_channel(&self, field: &str) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn wake_channel(&self, field: &str) -> std::borrow::Cow<'_, str> {
         match &self.inner.queue {
             None => std::borrow::Cow::Borrowed(&self.inner.keys.channel),
             Some(_) => {
@@ -250,6 +251,55 @@ impl Drop for QueueSeat {
     fn drop(&mut self) {
         if self.armed {
             self.lock.give_up_later(self.field.clone());
+        }
+    }
+}
+
+/// The places a quorum lock's waiter may hold in the queues of its fair
+/// parts, over a whole acquire (every round of it). When the acquire ends,
+/// the waiter leaves every one of them: awaited when it was not granted (the
+/// caller sees clean queues), in the background when it was (a granted part
+/// left its queue already; a part that was not queued answers no). Dropped
+/// unfinished (the acquire future was dropped), it leaves them in the
+/// background; a request in flight then leaves by its own completion too.
+pub(crate) struct QueueSeats {
+    seats: Vec<(Lock, Arc<str>)>,
+}
+
+impl QueueSeats {
+    /// The seats of the fair ones among `locks`, for `owner`.
+    pub(crate) fn new<'a>(locks: impl IntoIterator<Item = &'a Lock>, owner: &Owner) -> QueueSeats {
+        QueueSeats {
+            seats: locks
+                .into_iter()
+                .filter(|lock| lock.is_fair())
+                .map(|lock| (lock.clone(), lock.field(owner)))
+                .collect(),
+        }
+    }
+
+    /// The acquire is over, `granted` or not.
+    pub(crate) async fn finish(mut self, granted: bool) {
+        let seats = std::mem::take(&mut self.seats);
+        if granted {
+            for (lock, field) in seats {
+                lock.give_up_later(field);
+            }
+            return;
+        }
+        futures::future::join_all(seats.into_iter().map(|(lock, field)| async move {
+            if lock.give_up(&field).await.is_err() {
+                lock.give_up_later(field);
+            }
+        }))
+        .await;
+    }
+}
+
+impl Drop for QueueSeats {
+    fn drop(&mut self) {
+        for (lock, field) in self.seats.drain(..) {
+            lock.give_up_later(field);
         }
     }
 }

@@ -26,6 +26,7 @@ use crate::watchdog::Renewal;
 
 pub(crate) use acquire::Attempt;
 pub use fair::DEFAULT_QUEUE_WAIT;
+pub(crate) use fair::QueueSeats;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -393,7 +394,7 @@ impl Lock {
         self.owner.clone().unwrap_or_else(Owner::current)
     }
 
-    fn field(&self, owner: &Owner) -> Arc<str> {
+    pub(crate) fn field(&self, owner: &Owner) -> Arc<str> {
         protocol::field(&self.inner.core.id, owner.as_str())
     }
 

@@ -320,6 +320,124 @@ async fn fair_lock_settings_are_checked() {
             .is_fair()
     );
     assert!(client.fair_lock(&node, "").is_err());
-    let err = client.multi_lock(vec![fair]).unwrap_err();
-    assert!(err.to_string().contains("fair"), "{err}");
+}
+
+/// Fair locks on several nodes, one per node.
+fn fair_parts(client: &Client, servers: &[RedisProcess]) -> Vec<Lock> {
+    servers
+        .iter()
+        .map(|s| client.fair_lock(&node(s), NAME).unwrap())
+        .collect()
+}
+
+/// Waits until every server's queue holds `n` waiters.
+async fn wait_for_queues(servers: &[RedisProcess], n: u64) {
+    for server in servers {
+        wait_for_queue(&server.url(), n, PATIENCE).await;
+    }
+}
+
+/// A MultiLock of fair locks queues its waiter on every node and keeps its
+/// places from round to round: waiters are granted in the order they asked,
+/// and leave nothing queued.
+#[tokio::test]
+async fn a_multi_lock_of_fair_locks_grants_in_order() {
+    let servers = servers(3).await;
+    let client = Client::new();
+    let holder = client
+        .multi_lock(fair_parts(&client, &servers))
+        .unwrap()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3u64 {
+        let client = Client::new();
+        let multi = client.multi_lock(fair_parts(&client, &servers)).unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = multi.lock_with_lease(LONG_LEASE).await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        }));
+        wait_for_queues(&servers, i + 1).await;
+    }
+    holder.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(PATIENCE * 2, waiter)
+            .await
+            .expect("every waiter is granted in turn")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    wait_for_queues(&servers, 0).await;
+}
+
+/// A RedLock waiter on five fair locks that is dropped while queued leaves
+/// every queue: the next waiter is granted as soon as the holder releases.
+#[tokio::test]
+async fn a_dropped_red_lock_waiter_leaves_every_queue() {
+    let servers = servers(5).await;
+    let client = Client::new();
+    let red = client.red_lock(fair_parts(&client, &servers)).unwrap();
+    let holder = red.lock_with_lease(LONG_LEASE).await.unwrap();
+    let dropped = Client::new();
+    let dropped = dropped.red_lock(fair_parts(&dropped, &servers)).unwrap();
+    let task = tokio::spawn(async move { dropped.lock().await });
+    wait_for_queues(&servers, 1).await;
+    task.abort();
+    wait_for_queues(&servers, 0).await;
+    let next = Client::new();
+    let next = next.red_lock(fair_parts(&next, &servers)).unwrap();
+    let second = tokio::spawn(async move { next.lock_with_lease(LONG_LEASE).await });
+    wait_for_queues(&servers, 1).await;
+    holder.unlock().await.unwrap();
+    let guard = tokio::time::timeout(PATIENCE, second)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
+    wait_for_queues(&servers, 0).await;
+}
+
+/// A RedLock of five fair locks with one master frozen: the majority
+/// grants, a bounded wait that fails leaves the queues of the live nodes,
+/// and once the frozen node thaws, its queue is left too.
+#[tokio::test]
+async fn a_red_lock_of_fair_locks_works_with_a_frozen_master() {
+    let mut servers = servers(5).await;
+    let client = Client::new();
+    let parts: Vec<Lock> = servers
+        .iter()
+        .map(|s| {
+            client
+                .fair_lock(&node_at(&s.url(), Duration::from_millis(500)), NAME)
+                .unwrap()
+        })
+        .collect();
+    let red = client.red_lock(parts).unwrap();
+    servers[4].pause().await.unwrap();
+    let holder = red.lock_with_lease(LONG_LEASE).await.unwrap();
+    assert_eq!(holder.nodes().len(), 4);
+    let other = Client::new();
+    let other_parts: Vec<Lock> = servers
+        .iter()
+        .map(|s| {
+            other
+                .fair_lock(&node_at(&s.url(), Duration::from_millis(500)), NAME)
+                .unwrap()
+        })
+        .collect();
+    let waiter = other.red_lock(other_parts).unwrap();
+    let got = waiter
+        .try_lock_for(Duration::from_secs(1), Some(LONG_LEASE))
+        .await
+        .unwrap();
+    assert!(got.is_none(), "the holder has the majority");
+    wait_for_queues(&servers[..4], 0).await;
+    servers[4].unpause().await.unwrap();
+    wait_for_queue(&servers[4].url(), 0, PATIENCE * 2).await;
+    holder.unlock().await.unwrap();
 }
