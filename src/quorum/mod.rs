@@ -293,7 +293,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// # Cancel safety
     ///
     /// Dropping the future leaves nothing held: requests in flight complete
-    /// in the background and every grant is released.
+    /// in the background and every grant is released. A waiter on fair
+    /// parts leaves every queue, in the background.
     pub async fn lock(&self) -> Result<Guard> {
         self.acquire_until_granted(None).await
     }

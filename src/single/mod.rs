@@ -418,7 +418,9 @@ impl Lock {
     /// # Cancel safety
     ///
     /// Dropping the future leaves nothing held: an acquire request in flight
-    /// is completed in the background and released if it was granted.
+    /// is completed in the background and released if it was granted. A
+    /// fair lock's waiter also leaves the queue: at once in the background
+    /// when no request is in flight, else once that request's reply came.
     pub async fn lock(&self) -> Result<Guard> {
         self.acquire_until_granted(None).await
     }

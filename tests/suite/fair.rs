@@ -441,3 +441,24 @@ async fn a_red_lock_of_fair_locks_works_with_a_frozen_master() {
     wait_for_queue(&servers[4].url(), 0, PATIENCE * 2).await;
     holder.unlock().await.unwrap();
 }
+
+/// A fenced fair lock INCRs the token counter on every grant, as Redisson's
+/// fenced lock does, re-entries included.
+#[tokio::test]
+async fn a_fenced_fair_lock_hands_out_increasing_tokens() {
+    let server = server().await;
+    let lock = fair(&server).with_fencing();
+    let first = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    let again = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    let (a, b) = (
+        first.fencing_token().unwrap(),
+        again.fencing_token().unwrap(),
+    );
+    assert!(b > a, "{a} then {b}");
+    again.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    let next = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    assert!(next.fencing_token().unwrap() > b);
+    next.unlock().await.unwrap();
+    assert_eq!(queue_state(&server.url()).await, (0, 0));
+}
