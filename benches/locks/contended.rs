@@ -168,7 +168,94 @@ pub async fn contended(
         }
     }
     report.tables.push(table);
+    fair_handoff(settings, servers, &client, &node, report).await
+}
+
+/// (b) The fair lock's hand-off, K=8: every grant goes to the head of the
+/// queue, woken on its own channel. Held to 2 × the cycle of Redisson's own
+/// fair-lock scripts on a bare connection, measured in the same run.
+async fn fair_handoff(
+    settings: &Settings,
+    servers: &Servers,
+    client: &Client,
+    node: &Node,
+    report: &mut Report,
+) -> BenchResult {
+    let cycle = fair_limit_cycle(servers, settings.iterations).await?;
+    let fair = client.fair_lock(node, "bench:handoff:fair:multilock")?;
+    let fair = Contender::multilock(AnyLock::Single(fair));
+    let mut p50s = Vec::with_capacity(settings.handoff_runs);
+    let mut notes = Vec::new();
+    for _ in 0..settings.handoff_runs {
+        let run = contend_on(
+            servers,
+            &fair,
+            CONTENDED_TASKS,
+            settings.run_for,
+            Pace::HandOff,
+        )
+        .await?;
+        p50s.push(run.handoffs.p50());
+        notes.push(format!(
+            "p50 {:.0} µs, p99 {:.0} µs, {} acquisitions/s, Redis CPU {:.1} µs per acquisition",
+            run.handoffs.p50(),
+            run.handoffs.p99(),
+            group(run.per_second),
+            run.server_cpu
+        ));
+    }
+    let worst = p50s.iter().copied().fold(f64::NAN, f64::max);
+    report.target(
+        "(b)",
+        format!(
+            "fair-lock contended hand-off p50 (K={CONTENDED_TASKS}, hand-off loop) ≤ 2 × the \
+             Redisson fair-lock cycle, every run"
+        ),
+        format!(
+            "worst p50 {worst:.0} µs vs 2 × {cycle:.1} µs: {:.2}× ({})",
+            worst / cycle,
+            notes.join("; ")
+        ),
+        p50s.iter().all(|p50| *p50 <= 2.0 * cycle),
+    );
     Ok(())
+}
+
+/// The p50 (µs) of an uncontended lock+unlock of Redisson's fair lock as
+/// its client sends it on a bare connection: the acquire, the unlock with
+/// its latch, and the latch's DEL not awaited.
+async fn fair_limit_cycle(servers: &Servers, iterations: usize) -> BenchResult<f64> {
+    use multilock::testkit::{redisson, redisson_fair};
+    let mut conn = servers.bare_connections(1).await?.remove(0);
+    let (name, field) = (
+        "bench:handoff:fair:limit",
+        "6f1c0e9a-1111-2222-3333-444455556666:1",
+    );
+    let wait = redisson_fair::DEFAULT_WAIT;
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let now = redisson_fair::now_ms();
+        let taken: Option<i64> = redisson_fair::acquire(name, field, crate::LEASE, wait, now)
+            .invoke_async(&mut conn)
+            .await?;
+        if taken.is_some() {
+            return Err(format!("the fair limit found {name} taken").into());
+        }
+        let request = redisson::new_request_id();
+        let released: Option<i64> =
+            redisson_fair::release(name, field, &request, crate::LEASE, redisson_fair::now_ms())
+                .invoke_async(&mut conn)
+                .await?;
+        if released != Some(1) {
+            return Err(format!("the fair limit did not hold {name}").into());
+        }
+        let delete = redisson::delete_latch(name, &request);
+        let mut background = conn.clone();
+        tokio::spawn(async move { delete.exec_async(&mut background).await });
+        samples.push(nanos(started.elapsed()));
+    }
+    Ok(Latencies::new(samples).p50())
 }
 
 /// A row of the contended table: its name, unit, and how to read it.
