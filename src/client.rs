@@ -11,7 +11,7 @@ use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::quorum::{MultiLock, QuorumLock, QuorumPolicy, RedLock};
-use crate::single::Lock;
+use crate::single::{Lock, ReadWriteLock};
 
 /// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -184,6 +184,30 @@ impl Client {
     /// [`Error::InvalidArgument`] when `name` is empty.
     pub fn fair_lock(&self, node: &Node, name: impl Into<String>) -> Result<Lock> {
         Lock::new_fair(self.core.clone(), node.clone(), name.into())
+    }
+
+    /// The read-write lock named `name` on `node`, compatible with
+    /// Redisson's `getReadWriteLock`: see [`ReadWriteLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> multilock::Result<()> {
+    /// # use multilock::{Client, Node};
+    /// let client = Client::new();
+    /// let node = Node::new("redis://127.0.0.1:6379")?;
+    /// let config = client.read_write_lock(&node, "config")?;
+    /// let guard = config.read().lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `name` is empty.
+    pub fn read_write_lock(&self, node: &Node, name: impl Into<String>) -> Result<ReadWriteLock> {
+        let (read, write) = Lock::new_read_write(self.core.clone(), node.clone(), name.into())?;
+        Ok(ReadWriteLock::new(read, write))
     }
 
     /// A lock that every one of `locks` must grant. The locks may be on the

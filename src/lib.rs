@@ -40,5 +40,5 @@ pub use owner::Owner;
 pub use quorum::{
     All, DEFAULT_NODE_TIMEOUT, Majority, MultiLock, QuorumLock, QuorumPolicy, RedLock,
 };
-pub use single::{DEFAULT_QUEUE_WAIT, Lock, MAX_REPLICA_SYNC_TIMEOUT};
+pub use single::{DEFAULT_QUEUE_WAIT, Lock, MAX_REPLICA_SYNC_TIMEOUT, ReadWriteLock};
 pub use timing::{MAX_LEASE, MIN_LEASE};

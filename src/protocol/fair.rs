@@ -168,7 +168,7 @@ if not reentry and head then
     leave_queue_lua!(),
     r#"
 end
-local fencing, floor, token_key = ARGV[5], ARGV[6], KEYS[5]
+local fencing, floor, token_key, mode_on_grant = ARGV[5], ARGV[6], KEYS[5], nil
 "#,
     grant_lua!()
 );

@@ -25,7 +25,9 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 /// the hold, sets the TTL (never shorter), writes a re-entry's latch, and
 /// takes the token. Expects KEYS[1] lock, KEYS[2] the request's hold latch,
 /// ARGV[1] lease, ARGV[2] field, and the locals `exists` (the key existed),
-/// `fencing` (nil, `1` or `2`), `floor` and `token_key`. Replies as
+/// `fencing` (nil, `1` or `2`), `floor`, `token_key` and `mode_on_grant`
+/// (a read-write lock's `mode` for a hash the grant creates; nil for other
+/// locks). Replies as
 /// [`ACQUIRE`] does for a grant.
 macro_rules! grant_lua {
     () => {
@@ -38,6 +40,9 @@ if fenced then
     end
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+if mode_on_grant then
+    redis.call('hsetnx', KEYS[1], 'mode', mode_on_grant)
+end
 local lease = tonumber(ARGV[1])
 local ttl = lease
 if exists then
@@ -111,7 +116,7 @@ end
 if redis.call('get', KEYS[2]) then
     return -3
 end
-local fencing, floor, token_key = ARGV[3], ARGV[4], KEYS[3]
+local fencing, floor, token_key, mode_on_grant = ARGV[3], ARGV[4], KEYS[3], nil
 "#,
     grant_lua!()
 );
@@ -163,6 +168,7 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
             token: None,
         }),
         Value::Int(CANCELLED) => Acquired::Cancelled,
+        Value::Int(super::rw::UPGRADE_REFUSED) => Acquired::UpgradeRefused,
         Value::Int(pttl) => Acquired::Taken(ttl_from_pttl(pttl)),
         reply => match Vec::<i64>::from_redis_value(reply)?.as_slice() {
             [ttl, count, token] => Acquired::Granted(Grant {
@@ -323,6 +329,31 @@ pub(crate) fn rollback(
     Call::script(invocation, decode_released)
 }
 
+/// A read hold of a read-write lock keeps one expiring key per hold count,
+/// `{name}:<field>:rwlock_timeout:<n>`: when another reader releases, the
+/// hash's TTL becomes the longest of these, so renewing the hash alone would
+/// let a renewed read hold expire. Renews them to at least `lease`, for a
+/// reader's field of a read-write hash (one with a `mode`); nothing for
+/// other locks. Expects the locals `key`, `field`, `count` and `lease`.
+macro_rules! renew_read_timeouts_lua {
+    () => {
+        r#"
+if string.sub(field, -6) ~= ':write' and redis.call('hget', key, 'mode') then
+    local tagged = key
+    if not string.find(key, '{', 1, true) then
+        tagged = '{' .. key .. '}'
+    end
+    for n = 1, tonumber(count) do
+        local timeout = tagged .. ':' .. field .. ':rwlock_timeout:' .. n
+        if redis.call('pttl', timeout) < lease then
+            redis.call('pexpire', timeout, lease)
+        end
+    end
+end
+"#
+    };
+}
+
 // ---------------------------------------------------------------------------
 // Renewal
 
@@ -335,7 +366,8 @@ pub(crate) fn rollback(
 ///
 /// Reply: one integer per key, 1 when renewed, 0 when the hold is gone.
 pub(super) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_BATCH_LUA));
-pub(super) const RENEW_BATCH_LUA: &str = r#"
+pub(super) const RENEW_BATCH_LUA: &str = concat!(
+    r#"
 local lease = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
@@ -344,13 +376,18 @@ for i = 1, #KEYS do
         if redis.call('pttl', KEYS[i]) < lease then
             redis.call('pexpire', KEYS[i], lease)
         end
+        local key, field = KEYS[i], ARGV[i + 1]
+"#,
+    renew_read_timeouts_lua!(),
+    r#"
         renewed[i] = 1
     else
         renewed[i] = 0
     end
 end
 return renewed
-"#;
+"#
+);
 
 /// Renew many holds on one node in one call (the watchdog's batch): each
 /// `(lock key, field)` keeps at least `lease` if the field is still there.
@@ -379,8 +416,10 @@ pub(crate) fn renew_batch<'a>(
 /// Reply: the key's TTL after (at least the lease: never shortened) when
 /// the field holds it; -1 when it does not (never revived).
 pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-pub(super) const EXTEND_LUA: &str = r#"
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+pub(super) const EXTEND_LUA: &str = concat!(
+    r#"
+local count = redis.call('hget', KEYS[1], ARGV[2])
+if not count then
     return -1
 end
 local lease = tonumber(ARGV[1])
@@ -389,8 +428,13 @@ if ttl < lease then
     redis.call('pexpire', KEYS[1], lease)
     ttl = lease
 end
+local key, field = KEYS[1], ARGV[2]
+"#,
+    renew_read_timeouts_lua!(),
+    r#"
 return ttl
-"#;
+"#
+);
 
 /// Extend `field`'s hold of `keys` to at least `lease` from now. Reply: the
 /// key's TTL after, `None` when the field no longer holds it.

@@ -21,6 +21,7 @@ use crate::timing::{millis, ttl_from_pttl};
 pub(crate) mod fair;
 mod fencing;
 mod holds;
+pub(crate) mod rw;
 
 pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};
 pub(crate) use holds::{
@@ -82,6 +83,15 @@ impl LockKeys {
         }
     }
 
+    /// The names of a read-write lock: its channel is
+    /// `redisson_rwlock:{name}`, shared by readers and writers.
+    pub(crate) fn read_write(name: &str) -> LockKeys {
+        LockKeys {
+            channel: prefixed("redisson_rwlock", name),
+            ..LockKeys::new(name)
+        }
+    }
+
     /// The key that remembers one release's result, so a retried release
     /// with the same request id returns the first answer.
     pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
@@ -135,6 +145,9 @@ pub(crate) enum Acquired {
     /// (its tombstone). Only a request that was sent, abandoned and rolled
     /// back before it reached the server gets this.
     Cancelled,
+    /// Refused because the caller holds reads of the read-write lock whose
+    /// write lock it asked for: a read-write lock does not upgrade.
+    UpgradeRefused,
 }
 
 /// What a granted acquire left on the server.
@@ -220,7 +233,7 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 12] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 19] {
     [
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
@@ -246,6 +259,17 @@ pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 1
             fair::FORCE_UNLOCK_LUA,
             &fair::FORCE_UNLOCK,
         ),
+        ("read_acquire", rw::READ_ACQUIRE_LUA, &rw::READ_ACQUIRE),
+        ("write_acquire", rw::WRITE_ACQUIRE_LUA, &rw::WRITE_ACQUIRE),
+        ("read_release", rw::READ_RELEASE_LUA, &rw::READ_RELEASE),
+        ("write_release", rw::WRITE_RELEASE_LUA, &rw::WRITE_RELEASE),
+        ("read_rollback", rw::READ_ROLLBACK_LUA, &rw::READ_ROLLBACK),
+        (
+            "write_rollback",
+            rw::WRITE_ROLLBACK_LUA,
+            &rw::WRITE_ROLLBACK,
+        ),
+        ("rw_force_unlock", rw::FORCE_UNLOCK_LUA, &rw::FORCE_UNLOCK),
     ]
 }
 

@@ -253,7 +253,7 @@ impl Lock {
                 Some(metrics::AttemptOutcome::Granted)
             }
             Ok(Acquired::Taken(_)) => Some(metrics::AttemptOutcome::Taken),
-            Ok(Acquired::Cancelled) => None,
+            Ok(Acquired::Cancelled | Acquired::UpgradeRefused) => None,
             _ => Some(metrics::AttemptOutcome::Failed),
         };
         if let Some(outcome) = outcome {
@@ -304,6 +304,12 @@ impl Lock {
             // Only a request rolled back before it arrived is cancelled, and
             // nobody awaits those.
             Ok(Acquired::Cancelled) => Ok(Some(Attempt::Taken(None))),
+            Ok(Acquired::UpgradeRefused) => Err(Error::invalid(format!(
+                "the write lock of {:?} was asked for by an owner that holds its read lock: \
+                 a read-write lock does not upgrade (the write would wait for the owner's own \
+                 reads forever); release the reads first",
+                self.inner.keys.name
+            ))),
             Err(err) => {
                 if may_hold {
                     self.roll_back_later(sent.undo, field, hold_id, sent_at);

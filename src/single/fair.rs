@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Lock;
 use crate::error::Result;
 use crate::owner::Owner;
-use crate::protocol::{self, Acquired, Call, Released, fair};
+use crate::protocol::fair;
 use crate::timing;
 
 /// Redisson's default share of a queued `lock()` (its `threadWaitTime`):
@@ -35,7 +35,7 @@ impl FairQueue {
 
 impl Lock {
     /// The wait a queued request of this handle takes as its share.
-    fn queue_wait(&self, queue: &FairQueue) -> Duration {
+    pub(super) fn queue_wait(&self, queue: &FairQueue) -> Duration {
         self.queue_wait.unwrap_or(queue.wait)
     }
 
@@ -45,7 +45,7 @@ impl Lock {
     /// have waited).
     pub(super) fn for_wait(&self, wait: Option<Duration>) -> Lock {
         match wait {
-            Some(wait) if self.inner.queue.is_some() && !wait.is_zero() => Lock {
+            Some(wait) if self.queue().is_some() && !wait.is_zero() => Lock {
                 inner: self.inner.clone(),
                 owner: self.owner.clone(),
                 queue_wait: Some(wait),
@@ -54,99 +54,10 @@ impl Lock {
         }
     }
 
-    /// The channel a waiter of `field` listens on: the lock's, or a fair
-    /// lock's waiter's own.
-    pub(crate) fn wake_channel(&self, field: &str) -> std::borrow::Cow<'_, str> {
-        match &self.inner.queue {
-            None => std::borrow::Cow::Borrowed(&self.inner.keys.channel),
-            Some(_) => {
-                std::borrow::Cow::Owned(fair::waiter_channel(&self.inner.keys.channel, field))
-            }
-        }
-    }
-
-    /// The acquire request of this lock's kind.
-    pub(super) fn acquire_call(
-        &self,
-        field: &str,
-        lease: Duration,
-        hold_id: &str,
-    ) -> Call<Acquired> {
-        let keys = &self.inner.keys;
-        match &self.inner.queue {
-            None => protocol::acquire(keys, field, lease, hold_id, self.inner.fencing),
-            Some(queue) => fair::acquire(
-                keys,
-                &queue.keys,
-                field,
-                lease,
-                hold_id,
-                self.inner.fencing,
-                self.queue_wait(queue),
-                timing::epoch_millis(),
-            ),
-        }
-    }
-
-    /// The release request of this lock's kind (see `protocol::release`).
-    pub(super) fn release_call(
-        &self,
-        field: &str,
-        latch: &str,
-        spent: impl IntoIterator<Item = String>,
-    ) -> Call<Released> {
-        let keys = &self.inner.keys;
-        match &self.inner.queue {
-            None => protocol::release(keys, field, latch, spent),
-            Some(queue) => fair::release(
-                keys,
-                &queue.keys,
-                field,
-                latch,
-                spent,
-                timing::epoch_millis(),
-            ),
-        }
-    }
-
-    /// The rollback request of this lock's kind (see `protocol::rollback`).
-    pub(super) fn rollback_call(
-        &self,
-        field: &str,
-        hold_id: &str,
-        known_holds: u64,
-    ) -> Call<Released> {
-        let keys = &self.inner.keys;
-        let window = timing::ROLLBACK_WINDOW;
-        match &self.inner.queue {
-            None => protocol::rollback(keys, field, hold_id, known_holds, window),
-            Some(queue) => fair::rollback(
-                keys,
-                &queue.keys,
-                field,
-                hold_id,
-                known_holds,
-                window,
-                self.queue_wait(queue),
-                timing::epoch_millis(),
-            ),
-        }
-    }
-
-    /// The force unlock of this lock's kind.
-    pub(super) fn force_unlock_call(&self) -> Call<bool> {
-        match &self.inner.queue {
-            None => protocol::force_unlock(&self.inner.keys),
-            Some(queue) => {
-                fair::force_unlock(&self.inner.keys, &queue.keys, timing::epoch_millis())
-            }
-        }
-    }
-
     /// A fair lock's waiter of `field` leaves the queue (nothing for other
     /// locks). Ok(true) when it was queued.
     pub(super) async fn give_up(&self, field: &str) -> Result<bool> {
-        let Some(queue) = &self.inner.queue else {
+        let Some(queue) = self.queue() else {
             return Ok(false);
         };
         let give_up = fair::give_up(
@@ -163,7 +74,7 @@ impl Lock {
     /// the node fails, for as long as the entry could keep its turn (after
     /// that the queue drops it as stale anyway).
     pub(super) fn give_up_later(&self, field: Arc<str>) {
-        let Some(queue) = &self.inner.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         let give_up_by = tokio::time::Instant::now() + self.queue_wait(queue);
@@ -203,7 +114,7 @@ pub(super) struct QueueSeat {
 impl QueueSeat {
     /// `None` for locks without a queue: nothing to give up.
     pub(super) fn new(lock: &Lock, field: &Arc<str>) -> Option<QueueSeat> {
-        lock.inner.queue.as_ref()?;
+        lock.queue()?;
         Some(QueueSeat {
             lock: lock.clone(),
             field: field.clone(),

@@ -6,7 +6,9 @@
 mod acquire;
 mod fair;
 mod hold;
+mod kind;
 mod queries;
+mod read_write;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 
@@ -20,13 +22,14 @@ use crate::guard::Guard;
 use crate::metrics;
 use crate::node::{Lane, Node};
 use crate::owner::Owner;
-use crate::protocol::{self, Fencing, LockKeys};
+use crate::protocol::{Fencing, LockKeys};
 use crate::timing::{self, check_lease};
 use crate::watchdog::Renewal;
 
 pub(crate) use acquire::Attempt;
 pub use fair::DEFAULT_QUEUE_WAIT;
 pub(crate) use fair::QueueSeats;
+pub use read_write::ReadWriteLock;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -97,8 +100,8 @@ struct LockInner {
     kind: metrics::Kind,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
-    /// A fair lock's queue (`None`: the reentrant lock).
-    queue: Option<fair::FairQueue>,
+    /// Which of Redisson's locks this is.
+    family: kind::Family,
 }
 
 impl Lock {
@@ -117,7 +120,7 @@ impl Lock {
                 max_hold,
                 kind: metrics::SINGLE,
                 replica_sync: None,
-                queue: None,
+                family: kind::Family::Reentrant,
             }),
             owner: None,
             queue_wait: None,
@@ -128,12 +131,31 @@ impl Lock {
     pub(crate) fn new_fair(core: Arc<ClientCore>, node: Node, name: String) -> Result<Lock> {
         let lock = Lock::new(core, node, name)?;
         let queue = fair::FairQueue::new(lock.name());
-        Ok(lock.rebuilt(|inner| inner.queue = Some(queue)))
+        Ok(lock.rebuilt(|inner| inner.family = kind::Family::Fair(queue)))
+    }
+
+    /// The read lock and the write lock of the read-write lock `name` on
+    /// `node` (Redisson's `getReadWriteLock`).
+    pub(crate) fn new_read_write(
+        core: Arc<ClientCore>,
+        node: Node,
+        name: String,
+    ) -> Result<(Lock, Lock)> {
+        let lock = Lock::new(core, node, name)?;
+        let keys = LockKeys::read_write(lock.name());
+        let half = |family: kind::Family| {
+            let keys = keys.clone();
+            lock.rebuilt(move |inner| {
+                inner.keys = keys;
+                inner.family = family;
+            })
+        };
+        Ok((half(kind::Family::Read), half(kind::Family::Write)))
     }
 
     /// True for a fair lock ([`Client::fair_lock`](crate::Client::fair_lock)).
     pub fn is_fair(&self) -> bool {
-        self.inner.queue.is_some()
+        self.queue().is_some()
     }
 
     /// This fair lock with `wait` as the share of the queue a waiter takes
@@ -160,7 +182,7 @@ impl Lock {
     /// ```
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_queue_wait(&self, wait: Duration) -> Result<Lock> {
-        if self.inner.queue.is_none() {
+        if self.queue().is_none() {
             return Err(Error::invalid(format!(
                 "lock {:?} is not a fair lock: it has no queue",
                 self.name()
@@ -172,7 +194,7 @@ impl Lock {
             ));
         }
         Ok(self.rebuilt(|inner| {
-            if let Some(queue) = &mut inner.queue {
+            if let kind::Family::Fair(queue) = &mut inner.family {
                 queue.wait = wait;
             }
         }))
@@ -394,10 +416,6 @@ impl Lock {
         self.owner.clone().unwrap_or_else(Owner::current)
     }
 
-    pub(crate) fn field(&self, owner: &Owner) -> Arc<str> {
-        protocol::field(&self.inner.core.id, owner.as_str())
-    }
-
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
     /// renews the lock while the guard lives.
     ///
@@ -586,7 +604,7 @@ impl fmt::Debug for Lock {
             .field("owner", &self.owner)
             .field("fenced", &self.is_fenced())
             .field("replica_sync", &self.inner.replica_sync)
-            .field("fair", &self.is_fair())
+            .field("family", &self.inner.family)
             .finish()
     }
 }

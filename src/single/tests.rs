@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::acquire::Undo;
 use super::*;
 use crate::Client;
+use crate::protocol;
 use crate::testkit::{RedisProcess, TestServer, poll_until};
 
 /// CI's `down_then_back`: an acquire's outcome was unknown and its rollback

@@ -78,6 +78,9 @@ pub enum AcquireReply {
     Taken(Option<Duration>),
     /// Refused: a rollback of this very request ran first.
     Cancelled,
+    /// Refused: the caller holds reads of the read-write lock whose write
+    /// lock it asked for (no upgrade).
+    UpgradeRefused,
 }
 
 impl redis::FromRedisValue for AcquireReply {
@@ -90,6 +93,7 @@ impl redis::FromRedisValue for AcquireReply {
             },
             wire::Acquired::Taken(ttl) => AcquireReply::Taken(ttl),
             wire::Acquired::Cancelled => AcquireReply::Cancelled,
+            wire::Acquired::UpgradeRefused => AcquireReply::UpgradeRefused,
         })
     }
 }

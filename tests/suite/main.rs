@@ -19,6 +19,7 @@ mod proxy;
 mod redisson_family;
 mod redlock;
 mod reentrancy;
+mod rwlock;
 mod scenarios;
 mod scoped;
 mod waiting;

@@ -274,14 +274,20 @@ impl Shared {
         self.send(Reconcile::All);
     }
 
-    fn on_message(&self, channel: &[u8]) {
+    /// An unlock message: wakes one waiter, or every waiter for a
+    /// read-write lock's write release (`1`: readers may all enter).
+    fn on_message(&self, channel: &[u8], payload: Option<&[u8]>) {
         // Static, for timelines (see `Conn::run`): free unless traced.
         tracing::trace!(name: "multilock::unlock_message", "unlock message received");
         let Ok(channel) = std::str::from_utf8(channel) else {
             return;
         };
         if let Some(ch) = self.channels.lock().unwrap().get(channel) {
-            ch.wake.notify_one();
+            if payload == Some(b"1") {
+                ch.wake.notify_waiters();
+            } else {
+                ch.wake.notify_one();
+            }
         }
     }
 }
@@ -298,7 +304,11 @@ impl AsyncPushSender for PushRouter {
         match info.kind {
             PushKind::Message => {
                 if let Some(Value::BulkString(channel)) = info.data.first() {
-                    shared.on_message(channel);
+                    let payload = match info.data.get(1) {
+                        Some(Value::BulkString(payload)) => Some(payload.as_slice()),
+                        _ => None,
+                    };
+                    shared.on_message(channel, payload);
                 }
             }
             PushKind::Disconnection => shared.on_disconnect(),
