@@ -180,6 +180,31 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 ),
                 ratio <= 1.0,
             );
+            // Reads do not serialize: K readers of one read-write lock go
+            // about as fast as K tasks on their own locks.
+            let mut reads = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                let readers = |_| -> BenchResult<Contender> {
+                    let lock = client.read_write_lock(&nodes[0], "bench:readers")?;
+                    Ok(Contender::multilock(AnyLock::Single(lock.read().clone())))
+                };
+                reads.push(many_locks(readers, k, run_for).await?.0);
+            }
+            let read_rate = median(&reads);
+            report.target(
+                "(c)",
+                format!(
+                    "{k} readers of one read-write lock (1 node) ≥ 0.9 × many keys' rate ({case})"
+                ),
+                format!(
+                    "{}/s vs {}/s: {:.2}× (medians of {rounds} rounds: {})",
+                    group(read_rate),
+                    group(rate[OURS]),
+                    read_rate / rate[OURS],
+                    listed(&reads, group)
+                ),
+                read_rate >= 0.9 * rate[OURS],
+            );
         }
     }
     report.tables.push(table);

@@ -334,11 +334,16 @@ pub(crate) fn rollback(
 /// hash's TTL becomes the longest of these, so renewing the hash alone would
 /// let a renewed read hold expire. Renews them to at least `lease`, for a
 /// reader's field of a read-write hash (one with a `mode`); nothing for
-/// other locks. Expects the locals `key`, `field`, `count` and `lease`.
+/// other locks. Expects the locals `key`, `field`, `count` and `lease`;
+/// sets `renewed_reads` (a read hold's TTL is then its keys', the lease,
+/// whatever the hash has: another reader's release may shorten the hash
+/// down to the longest read key left).
 macro_rules! renew_read_timeouts_lua {
     () => {
         r#"
+local renewed_reads = false
 if string.sub(field, -6) ~= ':write' and redis.call('hget', key, 'mode') then
+    renewed_reads = true
     local tagged = key
     if not string.find(key, '{', 1, true) then
         tagged = '{' .. key .. '}'
@@ -432,6 +437,9 @@ local key, field = KEYS[1], ARGV[2]
 "#,
     renew_read_timeouts_lua!(),
     r#"
+if renewed_reads then
+    return lease
+end
 return ttl
 "#
 );

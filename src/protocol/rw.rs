@@ -93,6 +93,7 @@ macro_rules! drop_read_hold_lua {
     () => {
         concat!(
             r#"
+local mine = redis.call('pttl', prefix .. ':' .. count)
 local left = redis.call('hincrby', KEYS[1], field, -1)
 redis.call('del', prefix .. ':' .. count)
 if left == 0 then
@@ -100,11 +101,14 @@ if left == 0 then
 end
 local freed = false
 if redis.call('hlen', KEYS[1]) > 1 then
+    -- In write mode the writer's lease keeps the hash (never shortened).
+    -- A hold that expires before the hash did not keep it: the hash
+    -- already lives no longer than another hold made it. The scan (one
+    -- PTTL per read hold) is for the hold that kept it.
+    if redis.call('hget', KEYS[1], 'mode') ~= 'write' and mine >= redis.call('pttl', KEYS[1]) then
 "#,
             longest_read_timeout_lua!(),
             r#"
-    -- In write mode the writer's lease keeps the hash (never shortened).
-    if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
         if longest > 0 then
             redis.call('pexpire', KEYS[1], longest)
         else
@@ -131,7 +135,7 @@ end
 /// or in `write` mode to the writer itself (the mode stays). Each hold
 /// writes its own timeout key (`:<count>`, PX lease); the hash lives at
 /// least the lease. Reply as the reentrant acquire's (no fencing: reads
-/// are shared).
+/// are shared), with the hold's own TTL (the lease) as the TTL after.
 pub(super) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(super) const READ_ACQUIRE_LUA: &str = r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -155,13 +159,18 @@ local lease = tonumber(ARGV[1])
 redis.call('set', KEYS[3] .. ':' .. count, 1, 'px', lease)
 local ttl = lease
 if exists then
-    redis.call('set', KEYS[2], 'granted', 'px', math.min(lease, 60000))
-    ttl = redis.call('pttl', KEYS[1])
-    if ttl < lease then
-        redis.call('pexpire', KEYS[1], lease)
-        ttl = lease
+    -- Only a re-entry needs its latch: a first read hold of this field is
+    -- known to its rollback by the count, whoever else reads.
+    if count > 1 then
+        redis.call('set', KEYS[2], 'granted', 'px', math.min(lease, 60000))
     end
-    return {ttl, count, -1}
+    if redis.call('pttl', KEYS[1]) < lease then
+        redis.call('pexpire', KEYS[1], lease)
+    end
+    -- The hold's own TTL, not the hash's: another reader's release sets the
+    -- hash's TTL to the longest read timeout key left, never below this
+    -- hold's, but maybe below what the hash has now.
+    return {lease, count, -1}
 end
 redis.call('pexpire', KEYS[1], lease)
 return nil

@@ -104,13 +104,16 @@ struct EntryKey {
     field: Arc<str>,
 }
 
-/// Hashed by the lock key alone: a lock has one holder at a time, so few
-/// entries share a lock key, and the field (the client's uuid and the
-/// owner) is most of the bytes every grant and every release would
-/// otherwise hash.
+/// Hashed by the lock key and the end of the field only: the field starts
+/// with the client's uuid, the same in every entry, which would be most of
+/// the bytes every grant and every release hashes; its end holds the
+/// owner. (The lock key alone is not enough: a read lock has many holders
+/// at once, whose entries would all share one bucket.)
 impl Hash for EntryKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.lock.hash(state);
+        let field = self.field.as_bytes();
+        field[field.len().saturating_sub(16)..].hash(state);
     }
 }
 

@@ -351,3 +351,40 @@ async fn wait_for_rw_listeners(url: &str, n: u64) {
     )
     .await
 }
+
+/// A read hold is trusted for its own lease, not for the hash's TTL:
+/// another reader's longer lease keeps the hash now, but its release will
+/// cut the hash down to the longest read timeout key left, ours.
+#[tokio::test]
+async fn a_read_hold_is_valid_for_its_own_lease_only() {
+    let server = server().await;
+    let mut raw = raw(&server.url()).await;
+    let granted: Option<i64> = redisson_rwlock::read_acquire(NAME, JAVA, LONG_LEASE)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(granted, None);
+    let asked = std::time::Instant::now();
+    let ours = rw(&server)
+        .read()
+        .lock_with_lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let valid_until = ours.valid_until().expect("held");
+    assert!(
+        valid_until <= asked + Duration::from_secs(5),
+        "trusted {:?} past the ask, beyond its 5 s lease",
+        valid_until - asked
+    );
+    let request = redisson::new_request_id();
+    let _: Option<i64> = redisson_rwlock::read_release(NAME, JAVA, &request)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let hash_ttl = pttl(&server.url(), NAME).await;
+    assert!(
+        (0..=5_000).contains(&hash_ttl),
+        "the hash lives as long as our hold: {hash_ttl} ms"
+    );
+    ours.unlock().await.unwrap();
+}
