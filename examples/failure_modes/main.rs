@@ -75,6 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
     report::print_table(&results);
+    println!("{FAMILY_NOTE}");
     let path = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
@@ -88,6 +89,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     Ok(())
 }
+
+/// Where the rest of Redisson's lock family behaves differently under these
+/// faults (every column holds for them as for the reentrant lock: a fair
+/// lock or a read-write lock is the same hash, counted the same way).
+const FAMILY_NOTE: &str = "\
+The lock family under the same faults (fair and read-write locks, alone or as parts):
+- exclusion is as in each column: their holds are the same hash, counted the same way;
+- fair lock: a waiter whose node froze or died cannot leave that node's queue at once;
+  it retries in the background within its share of the queue, and otherwise its entry
+  goes when its deadline passes (its own wait, or 5 minutes for lock()); a waiter that
+  crashed keeps its turn that long, and the waiters behind it re-poll meanwhile;
+- read-write lock: a read hold is trusted for its own lease only (another reader's release
+  can shorten the hash to the longest read key left); a crashed reader's holds expire on
+  their own and let writers in; a restart without persistence loses read holds as it
+  loses any hold (the 'restart' rows).";
 
 /// Containers when they run here (unless `--processes`), else processes;
 /// what the servers are, in words: in full (for the terminal) and short

@@ -108,7 +108,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         // Subscribed before the next round, so a release during it wakes us.
         let patience = self.node_timeout.min(deadline - Instant::now());
         let subscriptions = join_all(self.locks.iter().map(|lock| async move {
-            let channel = lock.wake_channel(&lock.field(owner));
+            let channel = lock.wake_channel(owner);
             lock.node().subscribe(&channel, patience).await
         }))
         .await;

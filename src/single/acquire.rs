@@ -55,10 +55,9 @@ impl Lock {
         let this = self.for_wait(wait);
         async move {
             let mut first_taken = None;
-            let field = this.field(&owner);
-            let mut seat = QueueSeat::new(&this, &field);
+            let mut seat = QueueSeat::new(&this, &owner);
             let outcome = this
-                .wait_for_grant(&owner, &field, lease, deadline, &mut first_taken, &mut seat)
+                .wait_for_grant(&owner, lease, deadline, &mut first_taken, &mut seat)
                 .await;
             match &outcome {
                 Ok(Some(_)) => QueueSeat::granted(&mut seat),
@@ -109,13 +108,12 @@ impl Lock {
     async fn wait_for_grant(
         &self,
         owner: &Owner,
-        field: &str,
         lease: Option<Duration>,
         deadline: Option<Instant>,
         first_taken: &mut Option<Instant>,
         seat: &mut Option<QueueSeat>,
     ) -> Result<Option<HeldPart>> {
-        let channel = &*self.wake_channel(field);
+        let channel = &*self.wake_channel(owner);
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());

@@ -113,11 +113,11 @@ pub(super) struct QueueSeat {
 
 impl QueueSeat {
     /// `None` for locks without a queue: nothing to give up.
-    pub(super) fn new(lock: &Lock, field: &Arc<str>) -> Option<QueueSeat> {
+    pub(super) fn new(lock: &Lock, owner: &Owner) -> Option<QueueSeat> {
         lock.queue()?;
         Some(QueueSeat {
             lock: lock.clone(),
-            field: field.clone(),
+            field: lock.field(owner),
             armed: false,
         })
     }

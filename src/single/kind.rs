@@ -44,11 +44,14 @@ impl Lock {
         }
     }
 
-    /// The channel a waiter of `field` listens on: the lock's, or a fair
+    /// The channel a waiter of `owner` listens on: the lock's, or a fair
     /// lock's waiter's own.
-    pub(crate) fn wake_channel(&self, field: &str) -> Cow<'_, str> {
+    pub(crate) fn wake_channel(&self, owner: &Owner) -> Cow<'_, str> {
         match &self.inner.family {
-            Family::Fair(_) => Cow::Owned(fair::waiter_channel(&self.inner.keys.channel, field)),
+            Family::Fair(_) => Cow::Owned(fair::waiter_channel(
+                &self.inner.keys.channel,
+                &self.field(owner),
+            )),
             _ => Cow::Borrowed(&self.inner.keys.channel),
         }
     }
