@@ -138,16 +138,18 @@ impl QueueSeat {
     }
 
     /// The wait ended without a grant: the waiter leaves the queue now, so
-    /// the next waiter's turn comes at once.
+    /// the next waiter's turn comes at once. Armed until it is done: if the
+    /// caller goes away meanwhile, the drop gives up in the background.
     pub(super) async fn give_up(seat: &mut Option<QueueSeat>) {
         let Some(seat) = seat.as_mut() else {
             return;
         };
-        seat.armed = false;
+        seat.armed = true;
         if let Err(err) = seat.lock.give_up(&seat.field).await {
             tracing::debug!(lock = %seat.lock.name(), error = %err, "giving up the queue failed; retrying in the background");
             seat.lock.give_up_later(seat.field.clone());
         }
+        seat.armed = false;
     }
 
     /// Granted: the grant took the waiter out of the queue.
@@ -189,21 +191,22 @@ impl QueueSeats {
         }
     }
 
-    /// The acquire is over, `granted` or not.
+    /// The acquire is over, `granted` or not. The seats are kept until the
+    /// give-ups are done: dropped meanwhile, they give up in the background.
     pub(crate) async fn finish(mut self, granted: bool) {
-        let seats = std::mem::take(&mut self.seats);
         if granted {
-            for (lock, field) in seats {
+            for (lock, field) in self.seats.drain(..) {
                 lock.give_up_later(field);
             }
             return;
         }
-        futures::future::join_all(seats.into_iter().map(|(lock, field)| async move {
-            if lock.give_up(&field).await.is_err() {
-                lock.give_up_later(field);
+        futures::future::join_all(self.seats.iter().map(|(lock, field)| async move {
+            if lock.give_up(field).await.is_err() {
+                lock.give_up_later(field.clone());
             }
         }))
         .await;
+        self.seats.clear();
     }
 }
 
