@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::holds::grant_lua;
+use super::holds::{fencing_args, grant_lua, latched_release_lua};
 use super::{Acquired, Call, Fencing, LockKeys, Released, parse_acquired, prefixed};
 use crate::timing::millis;
 
@@ -196,18 +196,7 @@ pub(crate) fn acquire(
         .arg(field)
         .arg(millis(wait))
         .arg(now_ms);
-    match fencing {
-        Fencing::Off => {}
-        Fencing::Single => {
-            invocation
-                .key(&keys.token)
-                .arg(fencing.arg())
-                .arg(crate::timing::token_floor());
-        }
-        Fencing::Quorum => {
-            invocation.key(&keys.token).arg(fencing.arg());
-        }
-    }
+    fencing_args(&mut invocation, keys, fencing);
     Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
 }
 
@@ -280,15 +269,9 @@ local prefix = KEYS[2]
 "#,
     drop_stale_heads_lua!(),
     r#"
-local latched = redis.call('get', KEYS[3])
-latched = (latched == '0' or latched == '1') and tonumber(latched)
-local count = false
-if not latched then
-    count = redis.call('hget', KEYS[1], ARGV[1])
-    if count and not tonumber(count) then
-        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
-    end
-end
+"#,
+    latched_release_lua!(),
+    r#"
 if latched or not count or tonumber(count) > 1 then
     if #KEYS > 5 then
         redis.call('del', unpack(KEYS, 6))

@@ -5,7 +5,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{FromRedisValue, ParsingError, RedisResult, Script, Value};
+use redis::{FromRedisValue, ParsingError, RedisResult, Script, ScriptInvocation, Value};
 
 use super::{Acquired, Call, Fencing, Grant, LockKeys, Released};
 use crate::timing::{millis, ttl_from_pttl};
@@ -140,8 +140,18 @@ pub(crate) fn acquire(
         .key(keys.unlock_latch(hold_id))
         .arg(millis(lease))
         .arg(field);
-    // Unfenced, the counter is neither named nor read: the common call
-    // carries only what it uses.
+    fencing_args(&mut invocation, keys, fencing);
+    Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
+}
+
+/// Appends an acquire's fencing key and arguments, last: the token counter,
+/// the mode and (single-node fencing) the floor. Unfenced, the counter is
+/// neither named nor read: the common call carries only what it uses.
+pub(super) fn fencing_args(
+    invocation: &mut ScriptInvocation<'static>,
+    keys: &LockKeys,
+    fencing: Fencing,
+) {
     match fencing {
         Fencing::Off => {}
         // A counter lost with its node's data starts again above every
@@ -156,7 +166,6 @@ pub(crate) fn acquire(
             invocation.key(&keys.token).arg(fencing.arg());
         }
     }
-    Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
 }
 
 /// Reads an acquire's reply (see [`ACQUIRE`]).
@@ -184,6 +193,28 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
 // ---------------------------------------------------------------------------
 // Release and rollback
 
+/// A release's first reads: its latch (`latched`: the first send's result
+/// when this release already ran) and, if none, the field's count
+/// (`count`: false when the field is absent), refusing a count that is no
+/// number before anything is written. Expects KEYS[1] lock, KEYS[3] the
+/// hold's latch and ARGV[1] the field.
+macro_rules! latched_release_lua {
+    () => {
+        r#"
+local latched = redis.call('get', KEYS[3])
+latched = (latched == '0' or latched == '1') and tonumber(latched)
+local count = false
+if not latched then
+    count = redis.call('hget', KEYS[1], ARGV[1])
+    if count and not tonumber(count) then
+        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
+    end
+end
+"#
+    };
+}
+pub(super) use latched_release_lua;
+
 /// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4..]
 /// latches of earlier releases to delete. ARGV[1] field, ARGV[2] latch TTL
 /// (ms), ARGV[3] unlock message.
@@ -206,16 +237,11 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
 /// field is absent (not the holder); 0 when the count is still above zero;
 /// 1 when the key was deleted and `0` published.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-pub(super) const RELEASE_LUA: &str = r#"
-local latched = redis.call('get', KEYS[3])
-latched = (latched == '0' or latched == '1') and tonumber(latched)
-local count = false
-if not latched then
-    count = redis.call('hget', KEYS[1], ARGV[1])
-    if count and not tonumber(count) then
-        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
-    end
-end
+pub(super) const RELEASE_LUA: &str = concat!(
+    r#"
+"#,
+    latched_release_lua!(),
+    r#"
 if latched or not count or tonumber(count) > 1 then
     if #KEYS > 3 then
         redis.call('del', unpack(KEYS, 4))
@@ -234,7 +260,8 @@ redis.call('del', KEYS[1], unpack(KEYS, 4))
 redis.call('publish', KEYS[2], ARGV[3])
 redis.call('set', KEYS[3], 1, 'px', ARGV[2])
 return 1
-"#;
+"#
+);
 
 pub(super) fn decode_released(reply: Value) -> RedisResult<Released> {
     Ok(match Option::<i64>::from_redis_value(reply)? {

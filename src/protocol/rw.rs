@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::holds::{decode_released, grant_lua};
+use super::holds::{decode_released, fencing_args, grant_lua, latched_release_lua};
 use super::{Acquired, Call, Fencing, LockKeys, Released, parse_acquired};
 use crate::timing::millis;
 
@@ -241,18 +241,7 @@ pub(crate) fn write_acquire(
         .arg(millis(lease))
         .arg(field)
         .arg(reader_field(field));
-    match fencing {
-        Fencing::Off => {}
-        Fencing::Single => {
-            invocation
-                .key(&keys.token)
-                .arg(fencing.arg())
-                .arg(crate::timing::token_floor());
-        }
-        Fencing::Quorum => {
-            invocation.key(&keys.token).arg(fencing.arg());
-        }
-    }
+    fencing_args(&mut invocation, keys, fencing);
     Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
 }
 
@@ -329,16 +318,11 @@ pub(crate) fn read_release(
 /// publish. Reply as the read release's.
 pub(super) static WRITE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(WRITE_RELEASE_LUA));
-pub(super) const WRITE_RELEASE_LUA: &str = r#"
-local latched = redis.call('get', KEYS[3])
-latched = (latched == '0' or latched == '1') and tonumber(latched)
-local count = false
-if not latched then
-    count = redis.call('hget', KEYS[1], ARGV[1])
-    if count and not tonumber(count) then
-        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
-    end
-end
+pub(super) const WRITE_RELEASE_LUA: &str = concat!(
+    r#"
+"#,
+    latched_release_lua!(),
+    r#"
 if #KEYS > 3 then
     redis.call('del', unpack(KEYS, 4))
 end
@@ -363,7 +347,8 @@ else
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[2])
 return result
-"#;
+"#
+);
 
 /// Release the write hold whose latch is `latch` of the writer field
 /// `field`.
