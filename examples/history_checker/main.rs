@@ -1,10 +1,12 @@
 //! A history checker: RedLock and MultiLock under chaos, every hold
 //! recorded, and the history checked for two holders at once, fencing
 //! tokens out of order, fenced writes refused within validity, and lock keys
-//! left behind.
+//! left behind; with `--locks family`, the same for read-write and fair
+//! locks, plus shared reads, fair queue order and queue entries left behind.
 //!
 //! ```text
 //! cargo run --example history_checker                         # 30 s, delayed restarts
+//! cargo run --example history_checker -- --locks family       # read-write and fair locks
 //! cargo run --example history_checker -- --secs 600           # 10 minutes
 //! cargo run --example history_checker -- --restarts immediate # the known limit, shown
 //! cargo run --example history_checker -- --restarts rolling   # fencing across restarts
@@ -14,6 +16,22 @@
 //! Options:
 //! - `--secs N`: how long the chaos runs (default 30); then everything is
 //!   healed, every task finishes, and the nodes are checked for lock keys.
+//! - `--locks classic|family` (default `classic`): what the workers lock.
+//!   `family` runs Redisson's other lock kinds, with delayed restarts: 3
+//!   clients x 3 workers take RedLocks of read locks (three times in four)
+//!   or of write locks (fenced on `hc:rw:0`) of 2 names on the 5 RedLock
+//!   nodes; x 2 workers a fenced fair lock on a node of its own, which the
+//!   chaos pauses (SIGSTOP 0.2–2.5 s every 1–3 s) but never kills (a node
+//!   restarted empty forgets its queue); x 1 worker a fenced RedLock of fair
+//!   locks on the RedLock nodes. Besides the rules above, the run fails when
+//!   a write overlaps any hold (reads may overlap reads, and must: a name
+//!   whose reads never overlapped fails the run), when the fair lock grants
+//!   anyone but the head of its queue (a `MONITOR` connection replays every
+//!   command the node ran, scripts' included), when a queue entry outlives
+//!   the wait that made it by more than 5 s (granted, timed out, failed or
+//!   cancelled), and when a queue, a deadline or a read timeout key is left
+//!   at the end. Fair order across the RedLock's nodes is best effort (each
+//!   node queues in the order requests reach it) and is not judged.
 //! - `--restarts delayed|immediate|rolling` (default `delayed`): a killed node comes
 //!   back empty after more than the longest lease and watchdog timeout in use
 //!   (10 s), the documented remedy for "a node restarts empty"; or at once,
@@ -85,13 +103,16 @@
 mod chaos;
 mod plant;
 mod report;
+mod scenario;
 mod workers;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{History, PollLimit, RedisProcess, TestServer, leftover_keys};
+use multilock::testkit::{
+    History, PollLimit, QueueMonitor, RedisProcess, TestServer, leftover_keys,
+};
 use multilock::{Client, Node};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -99,7 +120,8 @@ use tokio::sync::watch;
 
 use crate::chaos::{ChaosCounts, Group, Restarts};
 use crate::report::Verdict;
-use crate::workers::{Kind, Shared, Stats};
+use crate::scenario::{Locks, Scenario};
+use crate::workers::{Nodes, Shared, Stats};
 
 /// The fixed lease of every lock taken with one, and the watchdog timeout
 /// of every client: leases long enough that key expiry cannot do the
@@ -112,19 +134,6 @@ pub const LEASE: Duration = Duration::from_secs(10);
 /// of acquisitions, and still far above a loopback round trip.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(150);
 
-/// The lock names: (name, fenced), per kind.
-pub const RED_NAMES: [(&str, bool); 3] =
-    [("hc:red:0", true), ("hc:red:1", true), ("hc:red:2", false)];
-/// See [`RED_NAMES`].
-pub const MULTI_NAMES: [(&str, bool); 2] = [("hc:multi:0", true), ("hc:multi:1", false)];
-/// The names of a `rolling` run: every one fenced.
-pub const ROLLING_NAMES: [(&str, bool); 4] = [
-    ("hc:fenced:0", true),
-    ("hc:fenced:1", true),
-    ("hc:fenced:2", true),
-    ("hc:fenced:3", true),
-];
-
 /// Clients.
 const CLIENTS: usize = 3;
 
@@ -132,52 +141,6 @@ const CLIENTS: usize = 3;
 /// grant, and the longest a restarted node may wait for its repair.
 pub const ROLLING_GAP_LIMIT: Duration = Duration::from_secs(3);
 pub const REPAIR_LIMIT: Duration = Duration::from_secs(10);
-
-/// What a run locks, per `--restarts` mode.
-#[derive(Debug, Clone, Copy)]
-pub struct Scenario {
-    /// The fixed lease, and the watchdog timeout of every client.
-    pub lease: Duration,
-    pub red_names: &'static [(&'static str, bool)],
-    pub multi_names: &'static [(&'static str, bool)],
-    /// Workers per client of each kind.
-    pub red_workers: usize,
-    pub multi_workers: usize,
-    /// Holds mostly of a few ms (else up to 4 s).
-    pub short_holds: bool,
-}
-
-impl Scenario {
-    pub fn of(restarts: Restarts) -> Scenario {
-        match restarts {
-            Restarts::Delayed | Restarts::Immediate => Scenario {
-                lease: LEASE,
-                red_names: &RED_NAMES,
-                multi_names: &MULTI_NAMES,
-                red_workers: 3,
-                multi_workers: 2,
-                short_holds: false,
-            },
-            Restarts::Rolling => Scenario {
-                lease: Duration::from_secs(2),
-                red_names: &ROLLING_NAMES,
-                multi_names: &[],
-                red_workers: 6,
-                multi_workers: 0,
-                short_holds: true,
-            },
-        }
-    }
-
-    /// The fenced RedLock names.
-    pub fn fenced_red_names(&self) -> Vec<String> {
-        self.red_names
-            .iter()
-            .filter(|(_, fenced)| *fenced)
-            .map(|(name, _)| name.to_string())
-            .collect()
-    }
-}
 
 /// How long the end check waits for background releases and rollbacks
 /// (well under [`LEASE`], so expiry cannot do their work).
@@ -191,6 +154,7 @@ const FINISH_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub secs: u64,
+    pub locks: Locks,
     pub restarts: Restarts,
     pub seed: u64,
     pub plant: bool,
@@ -200,6 +164,7 @@ impl Settings {
     fn parse() -> Result<Settings, String> {
         let mut settings = Settings {
             secs: 30,
+            locks: Locks::Classic,
             restarts: Restarts::Delayed,
             seed: rand::random(),
             plant: false,
@@ -212,6 +177,13 @@ impl Settings {
                     settings.secs = value("a number of seconds")?
                         .parse()
                         .map_err(|e| format!("--secs: {e}"))?;
+                }
+                "--locks" => {
+                    settings.locks = match value("classic or family")?.as_str() {
+                        "classic" => Locks::Classic,
+                        "family" => Locks::Family,
+                        other => return Err(format!("--locks {other}: classic or family")),
+                    };
                 }
                 "--restarts" => {
                     settings.restarts = match value("delayed, immediate or rolling")?.as_str() {
@@ -237,6 +209,15 @@ impl Settings {
         if settings.secs == 0 {
             return Err("--secs must be at least 1".to_owned());
         }
+        if settings.locks == Locks::Family && settings.restarts != Restarts::Delayed {
+            return Err("--locks family runs with delayed restarts only".to_owned());
+        }
+        if settings.locks == Locks::Family && settings.plant {
+            return Err(
+                "--plant plants into RedLocks of reentrant locks: run it with --locks classic"
+                    .to_owned(),
+            );
+        }
         Ok(settings)
     }
 }
@@ -250,7 +231,7 @@ async fn main() -> ExitCode {
         Ok(settings) => settings,
         Err(err) => {
             eprintln!(
-                "{err}\nusage: history_checker [--secs N] [--restarts delayed|immediate|rolling] [--seed N] [--plant]"
+                "{err}\nusage: history_checker [--secs N] [--locks classic|family] [--restarts delayed|immediate|rolling] [--seed N] [--plant]"
             );
             return ExitCode::from(2);
         }
@@ -272,40 +253,64 @@ async fn main() -> ExitCode {
 }
 
 async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> {
-    let scenario = Scenario::of(settings.restarts);
+    let scenario = Scenario::of(&settings);
     println!(
-        "history_checker: {} s, restarts {}, seed {}{}",
+        "history_checker: {} s, locks {}, restarts {}, seed {}{}",
         settings.secs,
+        settings.locks,
         settings.restarts,
         settings.seed,
         if settings.plant { ", planted bugs" } else { "" }
     );
-    let with_multi = scenario.multi_workers > 0;
+    let count = |nodes: Nodes, n: usize| if scenario.uses(nodes) { n } else { 0 };
     let red_servers = RedisProcess::start_many(5).await?;
-    let multi_servers = RedisProcess::start_many(if with_multi { 3 } else { 0 }).await?;
+    let multi_servers = RedisProcess::start_many(count(Nodes::Multi, 3)).await?;
+    let fair_servers = RedisProcess::start_many(count(Nodes::Fair, 1)).await?;
     let store_server = RedisProcess::start().await?;
-    let red_urls: Vec<String> = red_servers.iter().map(TestServer::url).collect();
-    let multi_urls: Vec<String> = multi_servers.iter().map(TestServer::url).collect();
-    println!(
-        "RedLock nodes {}; MultiLock nodes {}; fenced stores on {}",
-        ports(&red_urls),
-        if with_multi {
-            ports(&multi_urls)
-        } else {
+    let urls =
+        |servers: &[RedisProcess]| -> Vec<String> { servers.iter().map(TestServer::url).collect() };
+    let (red_urls, multi_urls, fair_urls) = (
+        urls(&red_servers),
+        urls(&multi_servers),
+        urls(&fair_servers),
+    );
+    let listed = |urls: &[String]| {
+        if urls.is_empty() {
             "none".to_owned()
-        },
+        } else {
+            ports(urls)
+        }
+    };
+    println!(
+        "RedLock nodes {}; MultiLock nodes {}; fair lock node {}; fenced stores on {}",
+        ports(&red_urls),
+        listed(&multi_urls),
+        listed(&fair_urls),
         store_server.url()
     );
 
     let history = Arc::new(History::new());
     let stats = Arc::new(Stats::default());
     let (stop_tx, stop) = watch::channel(false);
+    // The fair lock's node, replayed from before the first waiter queues.
+    let fair_names: Vec<&str> = scenario
+        .names_on(Nodes::Fair)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let queue_monitor = match fair_urls.first() {
+        Some(url) => Some(QueueMonitor::start(history.clone(), url, &fair_names).await?),
+        None => None,
+    };
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let client = Client::builder().watchdog_timeout(scenario.lease).build()?;
-        let red_nodes = nodes(&red_urls)?;
-        let multi_nodes = nodes(&multi_urls)?;
-        clients.push((client, red_nodes, multi_nodes));
+        let nodes = NodeSets {
+            red: nodes(&red_urls)?,
+            multi: nodes(&multi_urls)?,
+            fair: nodes(&fair_urls)?,
+        };
+        clients.push((client, nodes));
     }
 
     // Chaos: one task per group of nodes. An immediate restart impairs a
@@ -327,7 +332,7 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     if settings.restarts == Restarts::Rolling {
         groups[0].await_repairs(scenario.fenced_red_names());
     }
-    if with_multi {
+    if !multi_urls.is_empty() {
         groups.push(Group::new(
             "MultiLock",
             multi_servers,
@@ -335,6 +340,19 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
             settings.restarts,
             scenario.lease,
             multi_kills,
+            1_000..3_000,
+        ));
+    }
+    if !fair_urls.is_empty() {
+        // Paused, never killed: a node restarted empty forgets its queue,
+        // and the order of the waiters with it.
+        groups.push(Group::new(
+            "FairLock",
+            fair_servers,
+            1,
+            settings.restarts,
+            scenario.lease,
+            0.0,
             1_000..3_000,
         ));
     }
@@ -353,14 +371,15 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         scenario,
     });
     let mut worker_tasks = Vec::new();
-    for (c, (client, red_nodes, multi_nodes)) in clients.iter().enumerate() {
-        let kinds = std::iter::repeat_n(Kind::Red, scenario.red_workers)
-            .chain(std::iter::repeat_n(Kind::Multi, scenario.multi_workers));
+    for (c, (client, nodes)) in clients.iter().enumerate() {
+        let kinds = scenario
+            .plans
+            .iter()
+            .flat_map(|plan| std::iter::repeat_n(plan.kind, plan.workers));
         for (w, kind) in kinds.enumerate() {
             let worker = workers::Worker::new(
                 client,
-                red_nodes,
-                multi_nodes,
+                nodes,
                 kind,
                 format!("c{c}/w{w}"),
                 shared.clone(),
@@ -370,11 +389,11 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         }
     }
     let plant_tasks = if settings.plant {
-        let (client, red_nodes, _) = &clients[0];
+        let (client, nodes) = &clients[0];
         plant::spawn(
             client,
-            red_nodes,
-            scenario.red_names[0].0,
+            &nodes.red,
+            scenario.plans[0].names[0].0,
             &store_server.url(),
             history.clone(),
             Duration::from_secs(settings.secs),
@@ -391,7 +410,7 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     while Instant::now() < end {
         let nap = every.min(end - Instant::now());
         tokio::time::sleep(nap).await;
-        report::progress(started.elapsed(), &stats, &chaos_counts);
+        report::progress(started.elapsed(), &scenario, &stats, &chaos_counts);
     }
 
     // Heal everything, let every task finish, then look for lock keys.
@@ -416,24 +435,28 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         }
     }
     let finished = Instant::now();
-    let mut red_names: Vec<String> = scenario
-        .red_names
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
+    let names_on = |nodes: Nodes| -> Vec<String> {
+        scenario
+            .names_on(nodes)
+            .into_iter()
+            .map(|(n, _)| n.to_owned())
+            .collect()
+    };
+    let mut red_names = names_on(Nodes::Red);
     red_names.push(plant::LEAKED_NAME.to_owned());
-    let multi_names: Vec<String> = scenario
-        .multi_names
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
     // Well under the lease, so that expiry cannot do the releases' work.
     let settle = SETTLE.min(scenario.lease / 2);
-    let (mut leftovers, multi_leftovers) = tokio::try_join!(
+    let (multi_names, fair_names) = (names_on(Nodes::Multi), names_on(Nodes::Fair));
+    let (mut leftovers, multi_leftovers, fair_leftovers) = tokio::try_join!(
         leftover_keys(&red_urls, &red_names, settle),
         leftover_keys(&multi_urls, &multi_names, settle),
+        leftover_keys(&fair_urls, &fair_names, settle),
     )?;
     leftovers.extend(multi_leftovers);
+    leftovers.extend(fair_leftovers);
+    if let Some(monitor) = queue_monitor {
+        monitor.stop().await;
+    }
     println!(
         "every task finished {:.1} s after the stop (a killed node waits out its restart delay); \
          the lock-key check took {:.1} s",
@@ -450,9 +473,12 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
         .iter()
         .map(|c| c.lock().unwrap().clone())
         .collect();
-    let verdict = Verdict::judge(settings, violations, stuck, gaps, &counts);
+    let verdict = Verdict::judge(
+        settings, &scenario, &history, violations, stuck, gaps, &counts,
+    );
     report::summary(
         &settings,
+        &scenario,
         started.elapsed(),
         &history,
         &stats,
@@ -461,6 +487,13 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
     );
     drop((healed, store_server));
     Ok(verdict)
+}
+
+/// Each client's node handles, per group of nodes.
+pub struct NodeSets {
+    pub red: Vec<Node>,
+    pub multi: Vec<Node>,
+    pub fair: Vec<Node>,
 }
 
 /// Resolves on SIGINT or SIGTERM, with the signal's name.

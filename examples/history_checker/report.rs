@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use multilock::testkit::{History, Hold, Violation};
+use multilock::testkit::{Departure, History, Hold, Violation};
 
 use crate::chaos::{ChaosCounts, Restarts};
 use crate::plant::{LEAKED_NAME, is_planted};
+use crate::scenario::Scenario;
 use crate::workers::{Kind, Stats};
 use crate::{ROLLING_GAP_LIMIT, Settings};
 
@@ -18,14 +19,19 @@ const PRINT_FINDINGS: usize = 50;
 const PRINT_EXPECTED: usize = 4;
 
 /// One progress line.
-pub fn progress(elapsed: Duration, stats: &Stats, chaos: &[Arc<Mutex<ChaosCounts>>]) {
-    let held: Vec<String> = Kind::ALL
-        .iter()
-        .map(|&k| format!("{} {}", k.label(), stats.of(k).acquired))
+pub fn progress(
+    elapsed: Duration,
+    scenario: &Scenario,
+    stats: &Stats,
+    chaos: &[Arc<Mutex<ChaosCounts>>],
+) {
+    let held: Vec<String> = scenario
+        .kinds()
+        .map(|k| format!("{} {}", k.label(), stats.of(k).acquired))
         .collect();
-    let cut: u64 = Kind::ALL
-        .iter()
-        .map(|&k| {
+    let cut: u64 = scenario
+        .kinds()
+        .map(|k| {
             let c = stats.of(k);
             c.cut_timeout + c.cut_abort + c.cut_stop
         })
@@ -122,16 +128,35 @@ pub struct Verdict {
     gaps: BTreeMap<String, (Duration, Duration)>,
     /// Repairs not done within the limit (`rolling`).
     repairs_overdue: u64,
+    /// The read-write lock names whose reads never overlapped (a run of
+    /// read locks that shows no sharing proves nothing about it).
+    unshared: Vec<String>,
+    /// Whether a fair lock's queue was replayed with no entry at all (its
+    /// rules then proved nothing).
+    queue_unseen: bool,
 }
 
 impl Verdict {
     pub fn judge(
         settings: Settings,
+        scenario: &Scenario,
+        history: &History,
         violations: Vec<Violation>,
         stuck: usize,
         gaps: BTreeMap<String, (Duration, Duration)>,
         chaos: &[ChaosCounts],
     ) -> Verdict {
+        let shared = history.shared_overlaps();
+        let unshared = scenario
+            .plans
+            .iter()
+            .filter(|plan| plan.kind == Kind::ReadWrite)
+            .flat_map(|plan| plan.names.iter())
+            .map(|(name, _)| name.to_string())
+            .filter(|name| !shared.contains_key(name))
+            .collect();
+        let queue_unseen =
+            scenario.kinds().any(|k| k == Kind::Fair) && history.queue_entries().0.is_empty();
         let mut verdict = Verdict {
             settings,
             planted: Vec::new(),
@@ -140,6 +165,8 @@ impl Verdict {
             stuck,
             gaps,
             repairs_overdue: chaos.iter().map(|c| c.repairs_overdue).sum(),
+            unshared,
+            queue_unseen,
         };
         for violation in violations {
             let planted = match &violation {
@@ -212,7 +239,9 @@ impl Verdict {
             && self.planted_rules_missing().is_empty()
             && immediate_shown
             && self.gaps_over_limit().is_empty()
-            && self.repairs_overdue == 0;
+            && self.repairs_overdue == 0
+            && self.unshared.is_empty()
+            && !self.queue_unseen;
         if ok { 0 } else { 1 }
     }
 }
@@ -220,6 +249,7 @@ impl Verdict {
 /// The summary after the run.
 pub fn summary(
     settings: &Settings,
+    scenario: &Scenario,
     elapsed: Duration,
     history: &History,
     stats: &Stats,
@@ -233,10 +263,10 @@ pub fn summary(
         settings.restarts,
         settings.seed
     );
-    for kind in Kind::ALL {
+    for kind in scenario.kinds() {
         let c = stats.of(kind);
         println!(
-            "  {:<9} acquisitions {} ({} fenced); not granted within a bounded wait {}; errors {}",
+            "  {:<12} acquisitions {} ({} fenced); not granted within a bounded wait {}; errors {}",
             kind.label(),
             c.acquired,
             c.acquired_fenced,
@@ -244,7 +274,7 @@ pub fn summary(
             tally(&c.errors)
         );
         println!(
-            "  {:<9} cancelled {} (timeout {}, task aborted {}, at the stop {}); holds ended early {}",
+            "  {:<12} cancelled {} (timeout {}, task aborted {}, at the stop {}); holds ended early {}",
             "",
             c.cut_timeout + c.cut_abort + c.cut_stop,
             c.cut_timeout,
@@ -253,7 +283,7 @@ pub fn summary(
             c.ended_early,
         );
         println!(
-            "  {:<9} releases: unlocked {}, not held {}, guard dropped {}; unlock errors {}",
+            "  {:<12} releases: unlocked {}, not held {}, guard dropped {}; unlock errors {}",
             "",
             c.unlocked,
             c.unlock_not_held,
@@ -261,7 +291,7 @@ pub fn summary(
             tally(&c.unlock_failed)
         );
         println!(
-            "  {:<9} fenced writes: {} accepted, {} refused, {} failed",
+            "  {:<12} fenced writes: {} accepted, {} refused, {} failed",
             "", c.writes_accepted, c.writes_refused, c.write_errors
         );
     }
@@ -321,6 +351,7 @@ pub fn summary(
             over.join(", ")
         );
     }
+    family_summary(scenario, history, verdict);
     let holds = history.holds();
     let writes = history.writes();
     println!(
@@ -373,6 +404,53 @@ pub fn summary(
             "FAILED"
         }
     );
+}
+
+/// What proves the read-write and fair rules had something to judge: reads
+/// that overlapped, and the fair queue as the node ran it.
+fn family_summary(scenario: &Scenario, history: &History, verdict: &Verdict) {
+    let kinds: Vec<Kind> = scenario.kinds().collect();
+    if kinds.contains(&Kind::ReadWrite) {
+        let shared: Vec<String> = history
+            .shared_overlaps()
+            .iter()
+            .map(|(name, pairs)| format!("{name} {pairs}"))
+            .collect();
+        println!(
+            "  reads held at once (pairs of overlapping read holds): {}{}",
+            if shared.is_empty() {
+                "none".to_owned()
+            } else {
+                shared.join(", ")
+            },
+            if verdict.unshared.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; NO overlapping reads on {}: sharing not shown",
+                    verdict.unshared.join(", ")
+                )
+            }
+        );
+    }
+    if kinds.contains(&Kind::Fair) {
+        let (entries, commands) = history.queue_entries();
+        let departed = |how| {
+            entries
+                .iter()
+                .filter(|e| e.departed.is_some_and(|(_, d)| d == how))
+                .count()
+        };
+        println!(
+            "  fair queue as the node ran it ({commands} commands replayed): {} entries: {} granted, \
+             {} gave up, {} dropped as stale, {} still queued at the end",
+            entries.len(),
+            departed(Departure::Granted),
+            departed(Departure::Left),
+            departed(Departure::Stale),
+            entries.iter().filter(|e| e.departed.is_none()).count()
+        );
+    }
 }
 
 /// `no quorum 3 (first: ...), ...`, or `none`.

@@ -1,35 +1,64 @@
 //! The workers: each takes locks of one kind over and over, on a random
 //! name, in a random way, sometimes cut off mid-acquire; while it holds, it
 //! writes its fencing token to the name's fenced store as long as the guard
-//! says it is valid; every hold and write goes into the history.
+//! says it is valid; every hold and write goes into the history, and every
+//! wait for a fair lock on its own node too.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{FencedStore, History};
-use multilock::{Client, DistributedLock, Error, Guard, MultiLock, Node, Owner, RedLock, Result};
+use multilock::testkit::{Access, FencedStore, History, protocol};
+use multilock::{Client, DistributedLock, Error, Guard, Lock, MultiLock, Owner, RedLock, Result};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 
-use crate::{NODE_TIMEOUT, Scenario};
+use crate::scenario::Scenario;
+use crate::{NODE_TIMEOUT, NodeSets};
 
 /// The kind of lock a worker takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
+    /// A RedLock of reentrant locks.
+    Red,
+    /// A MultiLock of reentrant locks.
+    Multi,
+    /// A RedLock of read locks or of write locks (a fourth are writes).
+    ReadWrite,
+    /// A fair lock on a node of its own.
+    Fair,
+    /// A RedLock of fair locks.
+    FairRed,
+}
+
+/// A group of nodes: the five RedLock nodes, the three MultiLock nodes,
+/// the fair lock's node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nodes {
     Red,
     Multi,
+    Fair,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 2] = [Kind::Red, Kind::Multi];
-
     pub fn label(self) -> &'static str {
         match self {
             Kind::Red => "RedLock",
             Kind::Multi => "MultiLock",
+            Kind::ReadWrite => "RW RedLock",
+            Kind::Fair => "FairLock",
+            Kind::FairRed => "Fair RedLock",
+        }
+    }
+
+    /// The nodes its locks live on.
+    pub fn nodes(self) -> Nodes {
+        match self {
+            Kind::Red | Kind::ReadWrite | Kind::FairRed => Nodes::Red,
+            Kind::Multi => Nodes::Multi,
+            Kind::Fair => Nodes::Fair,
         }
     }
 }
@@ -92,16 +121,19 @@ pub struct Shared {
     pub scenario: Scenario,
 }
 
-/// A RedLock or a MultiLock.
+/// A RedLock, a MultiLock or a lock of one node.
 #[derive(Clone)]
 enum AnyLock {
     Red(RedLock),
     Multi(MultiLock),
+    Single(Lock),
 }
 
-/// One name a worker locks.
+/// One name a worker locks: its locks (a read-write lock's read and write
+/// locks; one lock otherwise), and the fenced store its fenced holds write.
 struct Target {
-    lock: AnyLock,
+    name: &'static str,
+    locks: Vec<(AnyLock, Access)>,
     store: Option<FencedStore>,
 }
 
@@ -140,6 +172,8 @@ impl From<Result<Option<Guard>>> for Outcome {
 /// One worker: a client, an owner of its own, the locks of one kind.
 pub struct Worker {
     kind: Kind,
+    /// Its hash field, `<client-uuid>:<owner>`: how a fair queue names it.
+    field: String,
     label: String,
     targets: Vec<Target>,
     shared: Arc<Shared>,
@@ -149,8 +183,7 @@ pub struct Worker {
 impl Worker {
     pub fn new(
         client: &Client,
-        red_nodes: &[Node],
-        multi_nodes: &[Node],
+        nodes: &NodeSets,
         kind: Kind,
         label: String,
         shared: Arc<Shared>,
@@ -159,32 +192,80 @@ impl Worker {
         // An explicit owner: an acquire may run in a task of its own (to be
         // aborted), and the guard outlives that task.
         let owner = Owner::new(format!("hc-{label}"))?;
-        let names = match kind {
-            Kind::Red => shared.scenario.red_names,
-            Kind::Multi => shared.scenario.multi_names,
-        };
+        let names = shared
+            .scenario
+            .plans
+            .iter()
+            .filter(|plan| plan.kind == kind)
+            .flat_map(|plan| plan.names.iter().copied());
         let mut targets = Vec::new();
-        for &(name, fenced) in names {
-            let lock = match kind {
+        for (name, fenced) in names {
+            let red = |locks: Vec<Lock>| -> Result<AnyLock> {
+                let lock = client.red_lock(locks)?.with_owner(owner.clone());
+                Ok(AnyLock::Red(if fenced {
+                    lock.with_fencing()
+                } else {
+                    lock
+                }))
+            };
+            let locks = match kind {
                 Kind::Red => {
                     let lock = client
-                        .red_lock_on(red_nodes, name)?
+                        .red_lock_on(&nodes.red, name)?
                         .with_owner(owner.clone());
-                    AnyLock::Red(if fenced { lock.with_fencing() } else { lock })
+                    vec![(
+                        AnyLock::Red(if fenced { lock.with_fencing() } else { lock }),
+                        Access::Exclusive,
+                    )]
                 }
                 Kind::Multi => {
                     let lock = client
-                        .multi_lock_on(multi_nodes, name)?
+                        .multi_lock_on(&nodes.multi, name)?
                         .with_owner(owner.clone())
                         .with_node_timeout(NODE_TIMEOUT)?;
-                    AnyLock::Multi(if fenced { lock.with_fencing() } else { lock })
+                    vec![(
+                        AnyLock::Multi(if fenced { lock.with_fencing() } else { lock }),
+                        Access::Exclusive,
+                    )]
+                }
+                Kind::ReadWrite => {
+                    let rws = nodes
+                        .red
+                        .iter()
+                        .map(|node| client.read_write_lock(node, name))
+                        .collect::<Result<Vec<_>>>()?;
+                    // Reads are not fenced: they share.
+                    let reads = client
+                        .red_lock(rws.iter().map(|rw| rw.read().clone()).collect())?
+                        .with_owner(owner.clone());
+                    let writes = red(rws.iter().map(|rw| rw.write().clone()).collect())?;
+                    vec![
+                        (AnyLock::Red(reads), Access::Shared),
+                        (writes, Access::Exclusive),
+                    ]
+                }
+                Kind::Fair => {
+                    let lock = client
+                        .fair_lock(&nodes.fair[0], name)?
+                        .with_owner(owner.clone());
+                    let lock = if fenced { lock.with_fencing() } else { lock };
+                    vec![(AnyLock::Single(lock), Access::Exclusive)]
+                }
+                Kind::FairRed => {
+                    let fair = nodes
+                        .red
+                        .iter()
+                        .map(|node| client.fair_lock(node, name))
+                        .collect::<Result<Vec<_>>>()?;
+                    vec![(red(fair)?, Access::Exclusive)]
                 }
             };
             let store = fenced.then(|| FencedStore::new(&shared.store_url, store_key(name)));
-            targets.push(Target { lock, store });
+            targets.push(Target { name, locks, store });
         }
         Ok(Worker {
             kind,
+            field: protocol::field(client.id(), owner.as_str()),
             label,
             targets,
             shared,
@@ -199,13 +280,20 @@ impl Worker {
             let target = self.rng.random_range(0..self.targets.len());
             let how = self.pick_how();
             let cut = self.pick_cut();
-            let lock = self.targets[target].lock.clone();
+            let (lock, access) = self.pick_lock(target);
+            let started = Instant::now();
             let outcome = tokio::select! {
                 outcome = attempt(lock, how, cut) => outcome,
                 _ = stop.wait_for(|stopped| *stopped) => Outcome::Cut(Cut::Stop),
             };
+            if self.kind == Kind::Fair {
+                let name = self.targets[target].name;
+                self.shared
+                    .history
+                    .waited(name, &self.field, &self.label, started);
+            }
             match outcome {
-                Outcome::Granted(guard) => self.hold(target, guard).await,
+                Outcome::Granted(guard) => self.hold(target, access, guard).await,
                 Outcome::NotGranted => self.count(|c| c.not_granted += 1),
                 Outcome::Failed(err) => {
                     let kind = error_kind(&err);
@@ -227,6 +315,18 @@ impl Worker {
 
     fn count(&self, update: impl FnOnce(&mut Counts)) {
         self.shared.stats.update(self.kind, update);
+    }
+
+    /// The target's lock: of a read-write lock, the read lock three times
+    /// in four.
+    fn pick_lock(&mut self, target: usize) -> (AnyLock, Access) {
+        let locks = &self.targets[target].locks;
+        let pick = if locks.len() > 1 && self.rng.random_bool(0.25) {
+            1
+        } else {
+            0
+        };
+        locks[pick].clone()
     }
 
     /// `lock()` or a bounded wait; a fixed lease or the watchdog.
@@ -275,9 +375,9 @@ impl Worker {
 
     /// Holds for a while, writing the token while the guard is valid, then
     /// unlocks (or drops the guard).
-    async fn hold(&mut self, target: usize, guard: Guard) {
+    async fn hold(&mut self, target: usize, access: Access, guard: Guard) {
         let history = self.shared.history.clone();
-        let id = history.granted(&guard, self.kind.label(), &self.label);
+        let id = history.granted_as(&guard, access, self.kind.label(), &self.label);
         let fenced = guard.fencing_token().is_some();
         self.count(|c| {
             c.acquired += 1;
@@ -383,6 +483,7 @@ impl AnyLock {
         match self {
             AnyLock::Red(lock) => acquire(lock, how).await,
             AnyLock::Multi(lock) => acquire(lock, how).await,
+            AnyLock::Single(lock) => acquire(lock, how).await,
         }
     }
 }

@@ -53,7 +53,10 @@ use std::io;
 pub use any::{AnyServer, BACKEND_ENV, Backend};
 pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
-pub use history::{FencedWrite, History, Hold, HoldId, Leftover, Violation, check, leftover_keys};
+pub use history::{
+    Access, Departure, FencedWrite, History, Hold, HoldId, Leftover, Outlived, Overtaking,
+    QUEUE_GRACE, QueueEntry, QueueMonitor, Violation, Wait, check, leftover_keys, shared_overlaps,
+};
 pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;
 pub use proxy::{ConnectionId, Delay, Direction, ProxyConnection, TcpProxy};

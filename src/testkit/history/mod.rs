@@ -6,28 +6,41 @@
 //! `Send + Sync`), then hand it to [`check`] with what [`leftover_keys`]
 //! found, and get a [`Violation`] per broken rule:
 //!
-//! 1. no two holds of one name overlap within validity: a hold is valid
-//!    from its grant until `min(valid_until, release)`;
+//! 1. no two holds of one name overlap within validity, unless both are
+//!    shared (read holds of a read-write lock): a hold is valid from its
+//!    grant until `min(valid_until, release)`;
 //! 2. fencing tokens increase in grant order, per name;
 //! 3. a fenced resource rejected no write made within validity (sent and
 //!    answered before the hold's validity ended);
-//! 4. no lock key is left on any node at the end.
+//! 4. no lock key is left on any node at the end (nor a fair lock's queue
+//!    or deadlines, nor a read hold's timeout key);
+//! 5. a fair lock grants the head of its queue (or nobody is queued), and
+//!    a queue entry is gone within [`QUEUE_GRACE`] of the end of the wait
+//!    that made it: [`QueueMonitor`] replays what the node ran, and
+//!    [`History::waited`] records the waits.
+//!
+//! Besides the rules, [`History::shared_overlaps`] counts the read holds
+//! that did overlap: a run that never saw two at once proves no sharing.
 //!
 //! Every instant is taken on one monotonic clock, in one process, and kept
 //! as the time since the history began. This file holds what is recorded
-//! and the recorder; `rules.rs` holds the checker.
+//! and the recorder; `rules.rs` holds the checker, `queue.rs` the replay
+//! of fair queues and `leftovers.rs` the end check of the nodes.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::io;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::PollLimit;
 use crate::Guard;
 
+mod leftovers;
+mod queue;
 mod rules;
 
-pub use rules::{Violation, check};
+pub use leftovers::{Leftover, leftover_keys};
+pub use queue::{Departure, Outlived, Overtaking, QUEUE_GRACE, QueueEntry, QueueMonitor, Wait};
+pub use rules::{Violation, check, shared_overlaps};
 
 /// The number of a hold in its [`History`], in the order they were recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,6 +50,17 @@ impl fmt::Display for HoldId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "#{}", self.0)
     }
+}
+
+/// Whether a hold excludes every other hold of its name or shares it with
+/// other shared holds (the read holds of a read-write lock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// A lock, a fair lock, a write lock: nobody else at once.
+    #[default]
+    Exclusive,
+    /// A read lock: other readers at once, no writer.
+    Shared,
 }
 
 /// One hold of a lock, as its holder saw it. Times are since the history
@@ -67,6 +91,8 @@ pub struct Hold {
     pub released: Option<Duration>,
     /// The fencing token, for a fenced lock.
     pub token: Option<u64>,
+    /// Exclusive, or shared with other shared holds.
+    pub access: Access,
 }
 
 impl Hold {
@@ -89,6 +115,9 @@ impl Hold {
 impl fmt::Display for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} by {} ({}", self.id, self.holder, self.kind)?;
+        if self.access == Access::Shared {
+            write!(f, ", shared")?;
+        }
         if let Some(token) = self.token {
             write!(f, ", token {token}")?;
         }
@@ -125,40 +154,6 @@ pub struct FencedWrite {
     pub accepted: bool,
 }
 
-/// A lock key found on a node at the end of a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leftover {
-    /// The node's URL.
-    pub node: String,
-    /// The lock's name (the key).
-    pub name: String,
-    /// The hash's fields (`<client-uuid>:<owner>`) and hold counts.
-    pub fields: Vec<(String, String)>,
-    /// The key's remaining TTL; `None` when it has none.
-    pub ttl: Option<Duration>,
-}
-
-impl fmt::Display for Leftover {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let fields: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(field, count)| format!("{field}={count}"))
-            .collect();
-        write!(
-            f,
-            "lock key {:?} left on {} (held by [{}], ",
-            self.name,
-            self.node,
-            fields.join(", ")
-        )?;
-        match self.ttl {
-            Some(ttl) => write!(f, "TTL {ttl:.1?})"),
-            None => write!(f, "no TTL)"),
-        }
-    }
-}
-
 /// A recorder of holds and fenced writes, shared by every task of a run
 /// (`Send + Sync`; wrap it in an `Arc`). It takes every instant on the
 /// monotonic clock and keeps it as the time since [`History::new`].
@@ -188,13 +183,17 @@ impl fmt::Display for Leftover {
 #[derive(Debug)]
 pub struct History {
     origin: Instant,
+    /// The wall clock at `origin`: `MONITOR` lines carry the server's.
+    origin_wall: SystemTime,
     records: Mutex<Records>,
+    queues: Mutex<queue::QueueLog>,
 }
 
 #[derive(Debug, Default)]
 struct Records {
     holds: Vec<Hold>,
     writes: Vec<FencedWrite>,
+    waits: Vec<Wait>,
 }
 
 impl Default for History {
@@ -208,7 +207,9 @@ impl History {
     pub fn new() -> History {
         History {
             origin: Instant::now(),
+            origin_wall: SystemTime::now(),
             records: Mutex::new(Records::default()),
+            queues: Mutex::new(queue::QueueLog::default()),
         }
     }
 
@@ -222,21 +223,41 @@ impl History {
         at.saturating_duration_since(self.origin)
     }
 
-    fn records(&self) -> std::sync::MutexGuard<'_, Records> {
+    /// `at`, a wall-clock instant of this machine, as the time since the
+    /// history began.
+    fn since_wall(&self, at: SystemTime) -> Duration {
+        at.duration_since(self.origin_wall).unwrap_or_default()
+    }
+
+    fn records(&self) -> MutexGuard<'_, Records> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn queue_log(&self) -> MutexGuard<'_, queue::QueueLog> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a hold granted now: the guard's name, validity
     /// ([`Guard::valid_until`]) and fencing token. Call it as soon as the
     /// acquire returns.
     pub fn granted(&self, guard: &Guard, kind: &str, holder: &str) -> HoldId {
-        self.claimed(
+        self.granted_as(guard, Access::Exclusive, kind, holder)
+    }
+
+    /// [`History::granted`], for a hold of the given [`Access`]: `Shared`
+    /// for a read lock's guard.
+    pub fn granted_as(&self, guard: &Guard, access: Access, kind: &str, holder: &str) -> HoldId {
+        let id = self.claimed(
             guard.name(),
             kind,
             holder,
             guard.valid_until(),
             guard.fencing_token(),
-        )
+        );
+        if let Some(hold) = self.records().holds.get_mut(id.0) {
+            hold.access = access;
+        }
+        id
     }
 
     /// Records a hold that its holder believes it has from now until
@@ -262,6 +283,7 @@ impl History {
             valid_until: valid_until.map_or(granted, |v| self.since_origin(v).max(granted)),
             released: None,
             token,
+            access: Access::Exclusive,
         });
         id
     }
@@ -300,6 +322,34 @@ impl History {
         self.records().writes.push(write);
     }
 
+    /// Records a wait for a fair lock that began at `started` and ended now
+    /// (granted or not, failed or cut off): its waiter's queue entry must
+    /// be gone within [`QUEUE_GRACE`]. `field` is the waiter's hash field,
+    /// `<client-uuid>:<owner>`.
+    pub fn waited(&self, name: &str, field: &str, holder: &str, started: Instant) {
+        let wait = Wait {
+            name: name.to_owned(),
+            field: field.to_owned(),
+            holder: holder.to_owned(),
+            started: self.since_origin(started),
+            ended: self.since_origin(Instant::now()),
+        };
+        self.records().waits.push(wait);
+    }
+
+    /// The queue entries a [`QueueMonitor`] replayed so far, and how many
+    /// commands on the queues and lock hashes it saw.
+    pub fn queue_entries(&self) -> (Vec<QueueEntry>, u64) {
+        let log = self.queue_log();
+        (log.entries.clone(), log.commands)
+    }
+
+    /// How many pairs of shared holds overlapped, per name: the proof that
+    /// reads were shared.
+    pub fn shared_overlaps(&self) -> BTreeMap<String, usize> {
+        shared_overlaps(&self.records().holds)
+    }
+
     /// The holds recorded so far.
     pub fn holds(&self) -> Vec<Hold> {
         self.records().holds.clone()
@@ -314,65 +364,25 @@ impl History {
     /// that remained at the end.
     pub fn check(&self, leftovers: &[Leftover]) -> Vec<Violation> {
         let records = self.records();
-        check(&records.holds, &records.writes, leftovers)
-    }
-}
-
-/// The lock keys among `names` still present on any of the nodes at
-/// `urls`: polls every 20 ms until none remains or `settle` has passed
-/// (background releases and rollbacks may still be under way), and returns
-/// what remains then; empty when every key is gone.
-///
-/// Give it less time than the shortest lease used, or key expiry does the
-/// releases' work and hides what they left.
-///
-/// # Errors
-///
-/// When a node cannot be reached or answers with an error.
-///
-/// # Cancel safety
-///
-/// Cancel safe: read only.
-pub async fn leftover_keys(
-    urls: &[String],
-    names: &[String],
-    settle: Duration,
-) -> io::Result<Vec<Leftover>> {
-    let mut connections = Vec::with_capacity(urls.len());
-    for url in urls {
-        let connection = redis::Client::open(url.as_str())
-            .map_err(io::Error::other)?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(io::Error::other)?;
-        connections.push((url, connection));
-    }
-    let poll = PollLimit::new(settle);
-    loop {
-        let mut found = Vec::new();
-        for (url, connection) in &mut connections {
-            for name in names {
-                let (fields, ttl_ms): (Vec<(String, String)>, i64) = redis::pipe()
-                    .hgetall(name)
-                    .pttl(name)
-                    .query_async(connection)
-                    .await
-                    .map_err(io::Error::other)?;
-                if ttl_ms == -2 {
-                    continue;
-                }
-                found.push(Leftover {
-                    node: (*url).clone(),
-                    name: name.clone(),
-                    fields,
-                    ttl: u64::try_from(ttl_ms).ok().map(Duration::from_millis),
-                });
-            }
-        }
-        if found.is_empty() || poll.is_spent() {
-            return Ok(found);
-        }
-        poll.tick(String::new).await?;
+        let mut violations = check(&records.holds, &records.writes, leftovers);
+        let log = self.queue_log();
+        let queued = log
+            .overtakings
+            .iter()
+            .cloned()
+            .map(Violation::QueueOrder)
+            .chain(
+                queue::outlived(&log.entries, &records.waits)
+                    .into_iter()
+                    .map(Violation::QueueEntryOutlived),
+            );
+        // Before the leftovers, which come last.
+        let at = violations
+            .iter()
+            .position(|v| matches!(v, Violation::Leftover(_)))
+            .unwrap_or(violations.len());
+        violations.splice(at..at, queued);
+        violations
     }
 }
 
@@ -414,8 +424,12 @@ mod tests {
             panic!("expected one leftover, found {found:?}");
         };
         assert_eq!(
-            (leftover.node.as_str(), leftover.name.as_str()),
-            (url.as_str(), "planted")
+            (
+                leftover.node.as_str(),
+                leftover.name.as_str(),
+                leftover.key.as_str()
+            ),
+            (url.as_str(), "planted", "planted")
         );
         assert_eq!(leftover.fields, vec![(field.clone(), "1".to_owned())]);
         assert!(leftover.ttl.is_some_and(|t| t > ms(20_000)), "{leftover:?}");

@@ -1,11 +1,13 @@
-//! The four rules of a [`History`](super::History), as [`check`] applies
-//! them to what was recorded, and the [`Violation`] each finds.
+//! The rules of a [`History`](super::History), as [`check`] applies them
+//! to what was recorded, and the [`Violation`] each finds (the fair queues'
+//! rules are applied by [`History::check`](super::History::check), from
+//! the replay in `queue.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::{FencedWrite, Hold, HoldId, Leftover, secs};
+use super::{Access, FencedWrite, Hold, HoldId, Leftover, Outlived, Overtaking, secs};
 
 /// A broken rule found by [`check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,18 +40,26 @@ pub enum Violation {
         /// have come first, when there is one in the history.
         superseded_by: Option<Hold>,
     },
+    /// A fair lock granted someone other than the head of its queue.
+    QueueOrder(Overtaking),
+    /// A fair lock's queue entry stayed longer than
+    /// [`QUEUE_GRACE`](super::QUEUE_GRACE) after its owner's wait ended.
+    QueueEntryOutlived(Outlived),
     /// A lock key remained on a node after every task finished.
     Leftover(Leftover),
 }
 
 impl Violation {
     /// A short name for the rule broken: `overlap`, `token order`,
-    /// `rejected write` or `leftover key`.
+    /// `rejected write`, `queue order`, `queue entry outlived its wait` or
+    /// `leftover key`.
     pub fn rule(&self) -> &'static str {
         match self {
             Violation::Overlap { .. } => "overlap",
             Violation::TokenOrder { .. } => "token order",
             Violation::RejectedWrite { .. } => "rejected write",
+            Violation::QueueOrder(_) => "queue order",
+            Violation::QueueEntryOutlived(_) => "queue entry outlived its wait",
             Violation::Leftover(_) => "leftover key",
         }
     }
@@ -60,11 +70,13 @@ impl Violation {
             Violation::Overlap { first, .. } => &first.name,
             Violation::TokenOrder { later, .. } => &later.name,
             Violation::RejectedWrite { hold, .. } => &hold.name,
+            Violation::QueueOrder(overtaking) => &overtaking.name,
+            Violation::QueueEntryOutlived(outlived) => &outlived.entry.name,
             Violation::Leftover(leftover) => &leftover.name,
         }
     }
 
-    /// The holds involved (none for a leftover key).
+    /// The holds involved (none for a queue's or a leftover key's).
     pub fn holds(&self) -> Vec<&Hold> {
         match self {
             Violation::Overlap { first, second, .. } => vec![first, second],
@@ -74,7 +86,9 @@ impl Violation {
                 superseded_by,
                 ..
             } => std::iter::once(hold).chain(superseded_by).collect(),
-            Violation::Leftover(_) => Vec::new(),
+            Violation::QueueOrder(_)
+            | Violation::QueueEntryOutlived(_)
+            | Violation::Leftover(_) => Vec::new(),
         }
     }
 
@@ -85,6 +99,8 @@ impl Violation {
             Violation::Overlap { second, .. } => second.granted,
             Violation::TokenOrder { later, .. } => later.granted,
             Violation::RejectedWrite { write, .. } => write.sent,
+            Violation::QueueOrder(overtaking) => overtaking.at,
+            Violation::QueueEntryOutlived(outlived) => outlived.wait.ended,
             Violation::Leftover(_) => Duration::MAX,
         }
     }
@@ -125,12 +141,16 @@ impl fmt::Display for Violation {
                     None => Ok(()),
                 }
             }
+            Violation::QueueOrder(overtaking) => write!(f, "queue order: {overtaking}"),
+            Violation::QueueEntryOutlived(outlived) => {
+                write!(f, "queue entry outlived its wait: {outlived}")
+            }
             Violation::Leftover(leftover) => write!(f, "leftover key: {leftover}"),
         }
     }
 }
 
-/// Checks a history against the four rules (see the module docs) and
+/// Checks a history against rules 1–4 (see the module docs) and
 /// returns every violation, in the order they happened (leftover keys
 /// last); empty when the history is clean.
 ///
@@ -140,7 +160,7 @@ impl fmt::Display for Violation {
 ///
 /// ```
 /// use std::time::Duration;
-/// use multilock::testkit::{Hold, HoldId, Violation, check};
+/// use multilock::testkit::{Access, Hold, HoldId, Violation, check};
 ///
 /// let ms = Duration::from_millis;
 /// let hold = |id, granted, released| Hold {
@@ -152,6 +172,7 @@ impl fmt::Display for Violation {
 ///     valid_until: ms(granted + 10_000),
 ///     released: Some(ms(released)),
 ///     token: None,
+///     access: Access::Exclusive,
 /// };
 /// assert!(check(&[hold(0, 0, 100), hold(1, 100, 200)], &[], &[]).is_empty());
 /// let found = check(&[hold(0, 0, 100), hold(1, 50, 200)], &[], &[]);
@@ -176,16 +197,45 @@ pub fn check(holds: &[Hold], writes: &[FencedWrite], leftovers: &[Leftover]) -> 
 
 /// Rule 1 over the holds of one name, sorted by grant.
 fn overlaps(holds: &[&Hold], violations: &mut Vec<Violation>) {
+    for_each_overlap(holds, |first, second, overlap| {
+        if first.access == Access::Exclusive || second.access == Access::Exclusive {
+            violations.push(Violation::Overlap {
+                first: first.clone(),
+                second: second.clone(),
+                overlap,
+            });
+        }
+    });
+}
+
+/// How many pairs of shared holds were valid at once, per name (names
+/// without such a pair are left out).
+pub fn shared_overlaps(holds: &[Hold]) -> BTreeMap<String, usize> {
+    let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds.iter().filter(|h| h.access == Access::Shared) {
+        by_name.entry(&hold.name).or_default().push(hold);
+    }
+    let mut counts = BTreeMap::new();
+    for (name, mut name_holds) in by_name {
+        name_holds.sort_by_key(|h| (h.granted, h.id));
+        let mut pairs = 0;
+        for_each_overlap(&name_holds, |_, _, _| pairs += 1);
+        if pairs > 0 {
+            counts.insert(name.to_owned(), pairs);
+        }
+    }
+    counts
+}
+
+/// Calls `found` with every pair of holds (sorted by grant) valid at once,
+/// and for how long.
+fn for_each_overlap(holds: &[&Hold], mut found: impl FnMut(&Hold, &Hold, Duration)) {
     for (i, first) in holds.iter().enumerate() {
         let end = first.valid_end();
         for second in holds[i + 1..].iter().take_while(|h| h.granted < end) {
             let both_until = end.min(second.valid_end());
             if both_until > second.granted {
-                violations.push(Violation::Overlap {
-                    first: (*first).clone(),
-                    second: (*second).clone(),
-                    overlap: both_until - second.granted,
-                });
+                found(first, second, both_until - second.granted);
             }
         }
     }
@@ -252,6 +302,7 @@ mod tests {
             valid_until: ms(granted + 10_000),
             released: Some(ms(released)),
             token,
+            access: Access::Exclusive,
         }
     }
 
@@ -341,6 +392,30 @@ mod tests {
     }
 
     #[test]
+    fn shared_holds_overlap_each_other_but_not_an_exclusive_one() {
+        let (mut holds, writes) = clean();
+        let shared = |id, granted, released| Hold {
+            access: Access::Shared,
+            ..hold(id, "rw", granted, released, None)
+        };
+        holds.extend([shared(6, 0, 100), shared(7, 50, 150), shared(8, 60, 70)]);
+        assert_eq!(check(&holds, &writes, &[]), Vec::new());
+        assert_eq!(
+            shared_overlaps(&holds),
+            BTreeMap::from([("rw".to_owned(), 3)])
+        );
+        // A write granted while the second read is valid.
+        holds.push(hold(9, "rw", 120, 200, None));
+        let found = check(&holds, &writes, &[]);
+        assert!(
+            matches!(&found[..], [Violation::Overlap { first, second, .. }]
+                if first.id == HoldId(7) && second.id == HoldId(9)),
+            "{found:?}"
+        );
+        assert!(found[0].to_string().contains("shared"), "{}", found[0]);
+    }
+
+    #[test]
     fn a_planted_token_that_goes_backwards_is_found() {
         let (mut holds, writes) = clean();
         // After hold 4 (token 12), a grant with token 11.
@@ -398,6 +473,7 @@ mod tests {
         let leftover = Leftover {
             node: "redis://127.0.0.1:7001".to_owned(),
             name: "a".to_owned(),
+            key: "a".to_owned(),
             fields: vec![("uuid:owner".to_owned(), "1".to_owned())],
             ttl: Some(ms(8_000)),
         };
