@@ -16,7 +16,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::{FromRedisValue, Script, Value};
 
 use super::holds::{decode_released, fencing_args, grant_lua, latched_release_lua};
 use super::{Acquired, Call, Fencing, LockKeys, Released, parse_acquired};
@@ -44,6 +44,21 @@ pub(crate) fn write_field(field: &str) -> String {
 /// The reader field of the writer field `field` (`<reader field>:write`).
 fn reader_field(field: &str) -> &str {
     field.strip_suffix(":write").unwrap_or(field)
+}
+
+/// Whether the lock is held in write mode (`write`) or in read mode, as
+/// Redisson's write and read locks each report `isLocked`.
+pub(crate) fn is_locked_in(keys: &LockKeys, write: bool) -> Call<bool> {
+    fn mode(reply: Value) -> redis::RedisResult<Option<String>> {
+        Ok(Option::<String>::from_redis_value(reply)?)
+    }
+    let mut cmd = redis::cmd("HGET");
+    cmd.arg(&*keys.name).arg("mode");
+    if write {
+        Call::command(cmd, |reply| Ok(mode(reply)?.as_deref() == Some("write")))
+    } else {
+        Call::command(cmd, |reply| Ok(mode(reply)?.as_deref() == Some("read")))
+    }
 }
 
 /// The prefix of `field`'s read timeout keys: `{name}:<field>:rwlock_timeout`

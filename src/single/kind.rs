@@ -56,6 +56,18 @@ impl Lock {
         }
     }
 
+    /// Whether the lock is held, as this kind sees it: a read lock in read
+    /// mode, a write lock in write mode (as Redisson's); anyone else's
+    /// hold of the name otherwise.
+    pub(super) fn is_locked_call(&self) -> Call<bool> {
+        let keys = &self.inner.keys;
+        match &self.inner.family {
+            Family::Reentrant | Family::Fair(_) => protocol::is_locked(keys),
+            Family::Read => rw::is_locked_in(keys, false),
+            Family::Write => rw::is_locked_in(keys, true),
+        }
+    }
+
     /// The acquire request of this lock's kind.
     pub(super) fn acquire_call(
         &self,

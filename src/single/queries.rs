@@ -33,7 +33,9 @@ impl Lock {
             .await
     }
 
-    /// Whether anyone holds the lock.
+    /// Whether anyone holds the lock. A read lock is locked while the
+    /// read-write lock is in read mode, a write lock while it is in write
+    /// mode, as Redisson's are.
     ///
     /// # Examples
     ///
@@ -55,7 +57,7 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.inner
             .node
-            .run(self.inner.lane, &protocol::is_locked(&self.inner.keys))
+            .run(self.inner.lane, &self.is_locked_call())
             .await
     }
 

@@ -388,3 +388,33 @@ async fn a_read_hold_is_valid_for_its_own_lease_only() {
     );
     ours.unlock().await.unwrap();
 }
+
+/// As Redisson's: a read lock is locked when the lock is in read mode, a
+/// write lock when it is in write mode (a writer's own reads keep it in
+/// write mode), and neither once it is free.
+#[tokio::test]
+async fn each_half_reports_its_own_mode_as_locked() {
+    let server = server().await;
+    let lock = rw(&server);
+    let locked = |lock: &ReadWriteLock| {
+        let lock = lock.clone();
+        async move {
+            (
+                lock.read().is_locked().await.unwrap(),
+                lock.write().is_locked().await.unwrap(),
+            )
+        }
+    };
+    assert_eq!(locked(&lock).await, (false, false));
+    let read = lock.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    assert_eq!(locked(&lock).await, (true, false));
+    read.unlock().await.unwrap();
+    let write = lock.write().lock_with_lease(LONG_LEASE).await.unwrap();
+    let own_read = lock.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    assert_eq!(locked(&lock).await, (false, true));
+    write.unlock().await.unwrap();
+    // The downgrade: the writer's read hold remains, in read mode.
+    assert_eq!(locked(&lock).await, (true, false));
+    own_read.unlock().await.unwrap();
+    assert_eq!(locked(&lock).await, (false, false));
+}
