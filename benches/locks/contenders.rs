@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
 use multilock::testkit::protocol::{self, AcquireReply};
-use multilock::testkit::redisson;
+use multilock::testkit::{redisson, redisson_rwlock};
 use multilock::{Guard, Lock, MultiLock, RedLock};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
@@ -109,6 +109,13 @@ pub enum Protocol {
     /// release deleting the previous one's latch as the crate's do: the cost
     /// of the crate's protocol alone.
     Crate,
+    /// Redisson 3.24+'s read lock of a read-write lock
+    /// (`multilock::testkit::redisson_rwlock`): the read acquire (a timeout
+    /// key per hold), the read unlock with its latch (which, while other
+    /// readers remain, reads every reader's timeout key to set the hash's
+    /// TTL), and the latch's `DEL`, not awaited. Many limits on one name
+    /// are many readers of one lock, each with a field of its own.
+    RedissonRead,
 }
 
 /// A limit: a bare connection per node sending one protocol's lock+unlock
@@ -140,8 +147,12 @@ impl Limit {
     /// Redisson names its unlock request at the unlock).
     async fn acquire(&self) -> BenchResult<String> {
         match self.protocol {
-            Protocol::Redisson => {
-                let invocation = redisson::acquire(&self.name, &self.field, LEASE);
+            Protocol::Redisson | Protocol::RedissonRead => {
+                let invocation = if self.protocol == Protocol::Redisson {
+                    redisson::acquire(&self.name, &self.field, LEASE)
+                } else {
+                    redisson_rwlock::read_acquire(&self.name, &self.field, LEASE)
+                };
                 for reply in self.on_every_node::<Option<i64>>(&invocation).await {
                     if let Some(pttl) = reply? {
                         return Err(
@@ -176,6 +187,13 @@ impl Limit {
                     request,
                 )
             }
+            Protocol::RedissonRead => {
+                let request = redisson::new_request_id();
+                (
+                    redisson_rwlock::read_release(&self.name, &self.field, &request),
+                    request,
+                )
+            }
             Protocol::Crate => {
                 let spent = std::mem::take(&mut *self.spent.lock().expect("never poisoned"));
                 let invocation =
@@ -184,14 +202,16 @@ impl Limit {
             }
         };
         for reply in self.on_every_node::<Option<i64>>(&invocation).await {
-            if reply? != Some(1) {
+            // A read release replies 0 while other readers remain.
+            let reply = reply?;
+            if !(reply == Some(1) || self.protocol == Protocol::RedissonRead && reply == Some(0)) {
                 return Err(format!("the limit did not hold {}", self.name).into());
             }
         }
         match self.protocol {
             // Redisson's client deletes the latch once the unlock replied,
             // and does not wait for that.
-            Protocol::Redisson => {
+            Protocol::Redisson | Protocol::RedissonRead => {
                 for conn in &self.conns {
                     let delete = redisson::delete_latch(&self.name, &request);
                     let mut conn = conn.clone();

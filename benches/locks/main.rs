@@ -9,8 +9,9 @@
 //!
 //! `MULTILOCK_BENCH_ONLY` takes a comma-separated list of sections:
 //! `uncontended`, `contended`, `many_keys`, `scale`, `commands`, `latency`,
-//! `degraded`. With `RUST_LOG` set (`RUST_LOG=multilock=debug`), the crate's
-//! tracing goes to stderr: a timeline of rounds, subscriptions and node health.
+//! `read_write`, `degraded`. With `RUST_LOG` set
+//! (`RUST_LOG=multilock=debug`), the crate's tracing goes to stderr: a
+//! timeline of rounds, subscriptions and node health.
 //!
 //! The program starts its own `redis-server` processes (five; the 1- and
 //! 3-node figures use the first one and the first three) and measures every
@@ -46,7 +47,8 @@
 //!   default retries and with the best retry delay of a sweep;
 //! - (c) many keys: K tasks on K different locks, acquisitions per second and
 //!   the servers' CPU per acquisition (1 node, K=64: in rounds, the
-//!   contenders taking turns);
+//!   contenders taking turns), and K readers of one read-write lock against
+//!   that rate and against K readers sending Redisson's read-lock scripts;
 //! - (d) scale: server connections and this process's memory with 10,000
 //!   tasks waiting on one lock; watchdog renewal calls per node per tick with
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
@@ -57,17 +59,23 @@
 //! - (g) at a distance: every server behind the test kit's latency proxy at
 //!   0, 0.2, 0.5 and 1 ms one-way delay: the 1-node Lock, the 5-node RedLock
 //!   and the Redisson limit, and the hand-off; with a chart of the ratios;
+//! - (h) the read-write lock: the write-after-readers hand-off (8 readers
+//!   release one after another, a writer waits; from the last `unlock()`
+//!   call to the writer's grant) against Redisson's read unlock + write
+//!   acquire on a bare connection; and K=64 readers of one name against K
+//!   tasks on their own locks with the server 0.5 and 1 ms away (the proxy);
 //! - (f) degraded: a 5-node RedLock healthy, then with 1 and 2 servers frozen
 //!   (SIGSTOP) and 2 dead (killed): uncontended latency, critical sections
 //!   of 6 contenders, and rslock on the same servers. Last, since it stops,
 //!   kills and restarts servers.
 //!
 //! Each measurement has its own file (`uncontended`, `contended`,
-//! `many_keys`, `scale`, `wire_commands`, `latency`, `degraded`), and judges
-//! its own targets; `contenders` puts the contenders behind one interface;
-//! `stats` holds the latency samples. `report` (with `latency_cdf`) is a
-//! leaf the sections write into: tables, targets, charts and notes. This
-//! file holds the settings, the servers and the run order.
+//! `many_keys`, `scale`, `wire_commands`, `latency`, `read_write`,
+//! `degraded`), and judges its own targets; `contenders` puts the
+//! contenders behind one interface; `stats` holds the latency samples.
+//! `report` (with `latency_cdf`) is a leaf the sections write into: tables,
+//! targets, charts and notes. This file holds the settings, the servers
+//! and the run order.
 //!
 //! The full report goes to `target/bench/results.md`, the latency CDFs to
 //! `target/bench/latency_cdf.svg` (both under `$CARGO_TARGET_DIR` when set);
@@ -80,6 +88,7 @@ mod degraded;
 mod latency;
 mod latency_cdf;
 mod many_keys;
+mod read_write;
 mod report;
 mod scale;
 mod stats;
@@ -168,6 +177,10 @@ async fn run() -> BenchResult {
         progress("(g) at a distance: servers behind latency proxies");
         latency::latency(&settings, &servers, &mut report).await?;
     }
+    if settings.runs("read_write") {
+        progress("(h) read-write lock: write after readers, readers at a distance");
+        read_write::read_write(&settings, &servers, &mut report).await?;
+    }
     if settings.runs("degraded") {
         progress("(f) degraded: nodes frozen and dead");
         degraded::degraded(&settings, &mut servers, &mut report).await?;
@@ -188,13 +201,14 @@ async fn run() -> BenchResult {
 // Settings
 
 /// The sections, as `MULTILOCK_BENCH_ONLY` names them, in run order.
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "uncontended",
     "contended",
     "many_keys",
     "scale",
     "commands",
     "latency",
+    "read_write",
     "degraded",
 ];
 
@@ -219,6 +233,8 @@ struct Settings {
     many_keys_rounds: (usize, Duration),
     /// Runs of the K=8 hand-off loop, each held to the hand-off target.
     handoff_runs: usize,
+    /// Rounds of the read-write lock's write-after-readers hand-off (h).
+    rw_handoff_rounds: usize,
     /// (g): the one-way delays the proxies add, and the rounds (how many,
     /// how long each) of each contender's uncontended lock+unlock.
     proxy_delays: Vec<Duration>,
@@ -267,6 +283,7 @@ impl Settings {
                 run_for: Duration::from_millis(150),
                 many_keys_rounds: (2, Duration::from_millis(150)),
                 handoff_runs: 1,
+                rw_handoff_rounds: 40,
                 proxy_delays: vec![Duration::from_micros(500)],
                 proxy_rounds: (1, Duration::from_millis(100)),
                 rslock_delays: vec![Duration::from_millis(1)],
@@ -287,6 +304,7 @@ impl Settings {
                 run_for: Duration::from_millis(1500),
                 many_keys_rounds: (12, Duration::from_millis(500)),
                 handoff_runs: 3,
+                rw_handoff_rounds: 1_000,
                 proxy_delays: [0, 200, 500, 1_000].map(Duration::from_micros).to_vec(),
                 proxy_rounds: (4, Duration::from_millis(400)),
                 rslock_delays: [1, 5, 20].map(Duration::from_millis).to_vec(),

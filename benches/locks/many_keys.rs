@@ -1,6 +1,8 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
 //! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
-//! servers' CPU per acquisition.
+//! servers' CPU per acquisition. Beside the 1-node K=64 case, K readers of
+//! one read-write lock, and K readers sending Redisson's own read-lock
+//! scripts on a bare connection (reads/s and server CPU per read).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -181,16 +183,63 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 ratio <= 1.0,
             );
             // Reads do not serialize: K readers of one read-write lock go
-            // about as fast as K tasks on their own locks.
+            // about as fast as K tasks on their own locks. Beside them, in
+            // turns, K readers sending Redisson's own read-lock scripts.
             let mut reads = Vec::with_capacity(rounds);
-            for _ in 0..rounds {
-                let readers = |_| -> BenchResult<Contender> {
-                    let lock = client.read_write_lock(&nodes[0], "bench:readers")?;
-                    Ok(Contender::multilock(AnyLock::Single(lock.read().clone())))
-                };
-                reads.push(many_locks(readers, k, run_for).await?.0);
+            let mut read_cpus = Vec::with_capacity(rounds);
+            let (mut limit_reads, mut limit_cpus) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                for turn in 0..2 {
+                    let ours = (round + turn) % 2 == 0;
+                    let readers = |_| -> BenchResult<Contender> {
+                        if !ours {
+                            let name = "bench:readers:redisson".to_owned();
+                            let limit = Limit::new(conns.clone(), name, Protocol::RedissonRead);
+                            return Ok(Contender::Limit(limit));
+                        }
+                        let lock = client.read_write_lock(&nodes[0], "bench:readers")?;
+                        Ok(Contender::multilock(AnyLock::Single(lock.read().clone())))
+                    };
+                    let cpu_before = servers.cpu_seconds_of(n).await?;
+                    let (rate, acquisitions) = many_locks(readers, k, run_for).await?;
+                    let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
+                    let cpu = cpu * 1e6 / acquisitions.max(1) as f64;
+                    let (rates, cpus) = if ours {
+                        (&mut reads, &mut read_cpus)
+                    } else {
+                        (&mut limit_reads, &mut limit_cpus)
+                    };
+                    rates.push(rate);
+                    cpus.push(cpu);
+                }
             }
             let read_rate = median(&reads);
+            let limit_rate = median(&limit_reads);
+            let readers_case = format!("1 node, {k} readers of one read-write lock");
+            table.row(
+                format!("{readers_case}, reads/s (Redisson: its read-lock scripts)"),
+                Unit::PerSecond,
+                Cell::of(read_rate),
+                vec![Some(Cell::of(limit_rate)), None, None],
+            );
+            table.row(
+                format!("{readers_case}: server CPU per read, µs"),
+                Unit::Micros,
+                Cell::of(median(&read_cpus)),
+                vec![Some(Cell::of(median(&limit_cpus))), None, None],
+            );
+            report.notes.push(format!(
+                "(c) {readers_case}, {rounds} rounds of {} ms, taking turns with {k} readers \
+                 sending Redisson 3.24+'s read-lock scripts on one bare connection (read \
+                 acquire, read unlock with its latch, the latch's DEL not awaited): reads/s of \
+                 multilock {}; of the Redisson read limit {}; server CPU per read, µs, of \
+                 multilock {}; of the Redisson read limit {}.",
+                run_for.as_millis(),
+                listed(&reads, group),
+                listed(&limit_reads, group),
+                listed(&read_cpus, |v| format!("{v:.1}")),
+                listed(&limit_cpus, |v| format!("{v:.1}")),
+            ));
             report.target(
                 "(c)",
                 format!(
@@ -214,7 +263,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
 /// K tasks, each on its own lock, lock+unlock in a loop: acquisitions per
 /// second after a warm-up tenth, and acquisitions over the whole run (the
 /// servers' CPU is read around all of it).
-async fn many_locks(
+pub async fn many_locks(
     make: impl Fn(usize) -> BenchResult<Contender>,
     tasks: usize,
     run_for: Duration,

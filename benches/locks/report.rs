@@ -23,7 +23,7 @@ pub struct Report {
 
 /// One target, judged by the section that measured it.
 struct Target {
-    /// "(a)" to "(g)".
+    /// "(a)" to "(h)".
     section: &'static str,
     goal: String,
     measured: String,
