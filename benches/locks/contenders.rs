@@ -213,9 +213,7 @@ impl Limit {
             // and does not wait for that.
             Protocol::Redisson | Protocol::RedissonRead => {
                 for conn in &self.conns {
-                    let delete = redisson::delete_latch(&self.name, &request);
-                    let mut conn = conn.clone();
-                    tokio::spawn(async move { delete.exec_async(&mut conn).await });
+                    delete_latch_unawaited(conn, &self.name, &request);
                 }
             }
             Protocol::Crate => self
@@ -280,4 +278,12 @@ pub async fn join_within(mut set: JoinSet<BenchResult>, limit: Duration) -> Benc
         Ok(result) => result,
         Err(_) => Err(format!("tasks still running after {limit:?}").into()),
     }
+}
+
+/// What Redisson's client does once an unlock replied: deletes the unlock
+/// latch `request` of lock `name`, without waiting for the reply.
+pub fn delete_latch_unawaited(conn: &MultiplexedConnection, name: &str, request: &str) {
+    let delete = redisson::delete_latch(name, request);
+    let mut conn = conn.clone();
+    tokio::spawn(async move { delete.exec_async(&mut conn).await });
 }

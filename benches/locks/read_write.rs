@@ -303,9 +303,7 @@ async fn limit_cycle(servers: &Servers, iterations: usize) -> BenchResult<Latenc
         if released != Some(1) {
             return Err(format!("the read limit's unlock of {name} replied {released:?}").into());
         }
-        let delete = redisson::delete_latch(name, &request);
-        let mut background = conn.clone();
-        tokio::spawn(async move { delete.exec_async(&mut background).await });
+        crate::contenders::delete_latch_unawaited(&conn, name, &request);
         let taken: Option<i64> = redisson_rwlock::write_acquire(name, writer, LEASE)
             .invoke_async(&mut conn)
             .await?;
