@@ -99,16 +99,40 @@ end
     };
 }
 
-/// Gives up one read hold of `field` whose count was `count` (> 0): its
+/// Gives up one read hold of `field` whose count was `count` (> 0): a
 /// timeout key goes; when others remain the hash lives as long as their
 /// longest timeout key, else it goes and `0` is published. Expects the
 /// locals `field`, `count`, `tagged`, `prefix` (this field's timeout keys)
 /// and `spent_from` (the first spent latch in KEYS); sets `freed`.
+///
+/// The holds of one field are numbered, not named, so which one goes is
+/// not known: the key that expires first goes (its number then takes the
+/// last key's TTL, so the numbers stay 1..count-1). Every hold left then
+/// keeps a key at least as long as its own lease. Deleting the last number
+/// instead (Redisson's way) lets an older, shorter hold's release take a
+/// newer, longer hold's key, and the hash then dies with the short one.
 macro_rules! drop_read_hold_lua {
     () => {
         concat!(
             r#"
+local dropped = count
 local mine = redis.call('pttl', prefix .. ':' .. count)
+local last = mine
+for n = 1, count - 1 do
+    local ttl = redis.call('pttl', prefix .. ':' .. n)
+    if ttl ~= -1 and (ttl < mine or mine == -1) then
+        dropped, mine = n, ttl
+    end
+end
+if dropped ~= count then
+    if last > 0 then
+        redis.call('set', prefix .. ':' .. dropped, 1, 'px', last)
+    elseif last == -1 then
+        redis.call('set', prefix .. ':' .. dropped, 1)
+    else
+        redis.call('del', prefix .. ':' .. dropped)
+    end
+end
 local left = redis.call('hincrby', KEYS[1], field, -1)
 redis.call('del', prefix .. ':' .. count)
 if left == 0 then

@@ -418,3 +418,38 @@ async fn each_half_reports_its_own_mode_as_locked() {
     own_read.unlock().await.unwrap();
     assert_eq!(locked(&lock).await, (false, false));
 }
+
+/// Read holds of one owner are numbered, not named: releasing the first of
+/// two (a short lease, then a long one) must not take the long hold's
+/// timeout key, or the next reader's release sets the hash's TTL to the
+/// short one's and a writer gets in while the long hold is valid (found by
+/// `history_checker --locks family`: a background release of a dropped
+/// guard overtaken by its owner's next read).
+#[tokio::test]
+async fn releasing_an_older_read_hold_keeps_the_longer_ones_key() {
+    let server = server().await;
+    let url = server.url();
+    let mine = rw(&server);
+    let short = mine
+        .read()
+        .lock_with_lease(Duration::from_secs(3))
+        .await
+        .unwrap();
+    let long = mine.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    short.unlock().await.unwrap();
+    // Another reader comes and goes: its release sets the hash's TTL to
+    // the longest read key left.
+    let other = rw(&server)
+        .read()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    other.unlock().await.unwrap();
+    let left = pttl(&url, NAME).await;
+    assert!(
+        left > LONG_LEASE.as_millis() as i64 - 10_000,
+        "the hash lives {left} ms, while a hold of {LONG_LEASE:?} remains"
+    );
+    long.unlock().await.unwrap();
+    assert!(!exists(&url, NAME).await);
+}
