@@ -7,6 +7,7 @@
 //! awaited and, if dropped before completion, moves the rest of it (and a
 //! follow-up such as a rollback) onto the runtime.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -22,6 +23,8 @@ where
     request: Option<Pin<Box<F>>>,
     /// What to do with the output when nobody is left to receive it.
     abandoned: fn(F::Output) -> BoxFuture<'static, ()>,
+    /// What to keep alive while the request finishes in the background.
+    kept: Option<Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>>,
 }
 
 impl<F> FinishOnDrop<F>
@@ -33,7 +36,19 @@ where
         FinishOnDrop {
             request: Some(Box::pin(request)),
             abandoned,
+            kept: None,
         }
+    }
+
+    /// If the request goes to the background, `keep()` is called then and
+    /// what it returns is kept until the request is done there (a marker
+    /// that others wait on, say).
+    pub(crate) fn keeping_while_abandoned<T: Any + Send>(
+        mut self,
+        keep: impl FnOnce() -> T + Send + 'static,
+    ) -> Self {
+        self.kept = Some(Box::new(move || Box::new(keep())));
+        self
     }
 }
 
@@ -71,9 +86,14 @@ where
             return;
         };
         let abandoned = self.abandoned;
+        let kept = self.kept.take().map(|keep| keep());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { abandoned(request.await).await });
+                runtime.spawn(async move {
+                    let output = request.await;
+                    drop(kept);
+                    abandoned(output).await
+                });
             }
             // No runtime (it is shutting down): the lock expires with its lease.
             Err(_) => tracing::warn!(
@@ -149,5 +169,37 @@ mod tests {
             tokio::task::yield_now().await;
         }
         panic!("the abandoned request never finished");
+    }
+
+    /// What the request keeps while abandoned is made when it goes to the
+    /// background (never for a request awaited to the end) and dropped
+    /// once it is done there.
+    #[tokio::test]
+    async fn what_an_abandoned_request_keeps_lives_until_it_is_done() {
+        let kept = Arc::new(());
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let made = Arc::new(AtomicUsize::new(0));
+        let counter = made.clone();
+        let awaited = FinishOnDrop::new(async {}, |()| async {}.boxed())
+            .keeping_while_abandoned(move || counter.fetch_add(1, Ordering::SeqCst));
+        awaited.await;
+        assert_eq!(made.load(Ordering::SeqCst), 0, "never made when awaited");
+
+        let keep = kept.clone();
+        let mut finishing = Box::pin(
+            FinishOnDrop::new(async move { finished.await.ok() }, |_| async {}.boxed())
+                .keeping_while_abandoned(move || keep),
+        );
+        assert!(futures::poll!(finishing.as_mut()).is_pending());
+        drop(finishing);
+        assert_eq!(Arc::strong_count(&kept), 2, "kept while in the background");
+        finish.send(()).unwrap();
+        for _ in 0..100 {
+            if Arc::strong_count(&kept) == 1 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("kept after the request was done");
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn write_field(field: &str) -> String {
 }
 
 /// The reader field of the writer field `field` (`<reader field>:write`).
-fn reader_field(field: &str) -> &str {
+pub(crate) fn reader_field(field: &str) -> &str {
     field.strip_suffix(":write").unwrap_or(field)
 }
 

@@ -236,6 +236,9 @@ impl Lock {
     async fn request(&self, owner: &Owner, lease: Option<Duration>) -> Result<Option<Attempt>> {
         let field = self.field(owner);
         self.rollbacks_answered(&field).await?;
+        if let Some(reads) = self.upgrade_field(&field) {
+            self.rollbacks_answered(reads).await?;
+        }
         let hold_id = protocol::new_request_id();
         let sent_at = Instant::now();
         let request = self
@@ -332,9 +335,10 @@ impl Lock {
         tokio::spawn(undo.roll_back(self.clone(), field, hold_id, sent_at, counted, pending));
     }
 
-    /// Holds back this field's requests on this node until the rollback
-    /// about to be decided is answered (see `Watchdogs::rollback_pending`).
-    fn rollback_pending(&self, field: &Arc<str>) -> PendingRollback {
+    /// Holds back this field's requests on this node until the rollback (or
+    /// release) about to be sent is answered (see
+    /// `Watchdogs::rollback_pending`).
+    pub(super) fn rollback_pending(&self, field: &Arc<str>) -> PendingRollback {
         self.inner
             .core
             .watchdogs

@@ -69,8 +69,22 @@ impl HeldPart {
     /// under way, then sends the release. Finishes in the background if the
     /// returned future is dropped.
     pub(crate) fn release(mut self) -> FinishOnDrop<impl Future<Output = Result<Released>>> {
+        self.finishing_release()
+    }
+
+    /// The release job, finished in the background if dropped. There, the
+    /// owner's next request of this field on this node waits for its answer
+    /// (a dropped guard's release, the rest of a quorum unlock): a release
+    /// landing after that request would lower a re-entry, or make a write
+    /// find the owner's read and refuse the upgrade. A release the caller
+    /// awaits needs no such wait: the caller's next request comes after it.
+    fn finishing_release(
+        &mut self,
+    ) -> FinishOnDrop<impl Future<Output = Result<Released>> + use<>> {
         let job = self.release_job();
+        let (lock, field) = (self.lock.clone(), self.field.clone());
         FinishOnDrop::new(job, log_failure)
+            .keeping_while_abandoned(move || lock.rollback_pending(&field))
     }
 
     /// The release, owning what it needs. Leaves the record at once, before
@@ -185,7 +199,7 @@ impl Drop for HeldPart {
             return;
         }
         // Dropped unpolled, it moves the whole release onto the runtime.
-        drop(FinishOnDrop::new(self.release_job(), log_failure));
+        drop(self.finishing_release());
     }
 }
 

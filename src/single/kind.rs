@@ -56,6 +56,16 @@ impl Lock {
         }
     }
 
+    /// For a write lock, the reader field of the writer `field`: a write
+    /// request waits for the owner's read releases still under way too, or
+    /// it would find the owner's read and refuse the upgrade.
+    pub(super) fn upgrade_field<'a>(&self, field: &'a str) -> Option<&'a str> {
+        match self.inner.family {
+            Family::Write => Some(rw::reader_field(field)),
+            _ => None,
+        }
+    }
+
     /// Whether the lock is held, as this kind sees it: a read lock in read
     /// mode, a write lock in write mode (as Redisson's); anyone else's
     /// hold of the name otherwise.

@@ -248,6 +248,10 @@ impl Watchdogs {
     /// of the same field sent after that count, and applied before the
     /// rollback (on another connection, or just before it on the same), is
     /// such a hold: the rollback would undo a grant its owner trusts.
+    ///
+    /// A release finishing in the background (a dropped guard's, the rest
+    /// of a quorum unlock) is marked the same way, for the same reason: its
+    /// owner's next request must not be overtaken by it.
     pub(crate) fn rollback_pending(
         &self,
         node: &Node,

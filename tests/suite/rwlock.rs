@@ -453,3 +453,50 @@ async fn releasing_an_older_read_hold_keeps_the_longer_ones_key() {
     long.unlock().await.unwrap();
     assert!(!exists(&url, NAME).await);
 }
+
+/// A reader that drops its guard and asks for the write lock at once gets
+/// it: the write waits for the dropped guard's release (sent in the
+/// background) instead of finding the owner's read still there and
+/// refusing the upgrade. Alone, and as a RedLock whose unlock returns at a
+/// quorum and finishes the rest in the background.
+#[tokio::test]
+async fn a_write_right_after_dropping_the_read_waits_for_its_release() {
+    let servers = servers(3).await;
+    let single = rw(&servers[0]);
+    for _ in 0..20 {
+        let read = single.read().lock_with_lease(LONG_LEASE).await.unwrap();
+        drop(read);
+        let write = single
+            .write()
+            .try_lock_for(PATIENCE, Some(LONG_LEASE))
+            .await
+            .unwrap()
+            .expect("granted once the read is released");
+        write.unlock().await.unwrap();
+    }
+    let client = Client::new();
+    let rws: Vec<ReadWriteLock> = servers
+        .iter()
+        .map(|s| client.read_write_lock(&node(s), NAME).unwrap())
+        .collect();
+    let reads = client
+        .red_lock(rws.iter().map(|rw| rw.read().clone()).collect())
+        .unwrap();
+    let writes = client
+        .red_lock(rws.iter().map(|rw| rw.write().clone()).collect())
+        .unwrap();
+    for i in 0..20 {
+        let read = reads.lock_with_lease(LONG_LEASE).await.unwrap();
+        if i % 2 == 0 {
+            drop(read);
+        } else {
+            read.unlock().await.unwrap();
+        }
+        let write = writes
+            .try_lock_for(PATIENCE, Some(LONG_LEASE))
+            .await
+            .unwrap()
+            .expect("granted once the reads are released");
+        write.unlock().await.unwrap();
+    }
+}
