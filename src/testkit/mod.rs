@@ -35,6 +35,7 @@
 //! ```
 
 mod any;
+mod cluster;
 mod command;
 pub mod containers;
 mod fencing;
@@ -47,10 +48,13 @@ pub mod redisson;
 pub mod redisson_fair;
 pub mod redisson_rwlock;
 mod replicated;
+mod sentinel;
 
 use std::io;
 
 pub use any::{AnyServer, BACKEND_ENV, Backend};
+pub use cluster::{ClusterNode, RedisCluster, key_slot};
+pub use command::Role;
 pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
 pub use history::{
@@ -61,6 +65,7 @@ pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;
 pub use proxy::{ConnectionId, Delay, Direction, ProxyConnection, TcpProxy};
 pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks};
+pub use sentinel::{GroupMember, SentinelGroup, SentinelNode};
 
 /// A Redis server under test, with the faults a test can inject.
 ///
