@@ -133,11 +133,12 @@ if dropped ~= count then
         redis.call('del', prefix .. ':' .. dropped)
     end
 end
-local left = redis.call('hincrby', KEYS[1], field, -1)
-redis.call('del', prefix .. ':' .. count)
-if left == 0 then
+if count == 1 then
     redis.call('hdel', KEYS[1], field)
+else
+    redis.call('hincrby', KEYS[1], field, -1)
 end
+redis.call('del', prefix .. ':' .. count)
 local freed = false
 if redis.call('hlen', KEYS[1]) > 1 then
     -- In write mode the writer's lease keeps the hash (never shortened).
@@ -178,7 +179,8 @@ end
 pub(super) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(super) const READ_ACQUIRE_LUA: &str = r#"
 local mode = redis.call('hget', KEYS[1], 'mode')
-local exists = redis.call('exists', KEYS[1]) == 1
+-- A hash without `mode` is not a read-write lock's, but it is there.
+local exists = mode ~= false or redis.call('exists', KEYS[1]) == 1
 if exists and not (mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)) then
     return redis.call('pttl', KEYS[1])
 end
