@@ -7,24 +7,44 @@
 //! awaited and, if dropped before completion, moves the rest of it (and a
 //! follow-up such as a rollback) onto the runtime.
 
-use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 
-/// See the module docs.
-pub(crate) struct FinishOnDrop<F>
+/// See the module docs. `K` makes what the request keeps while it
+/// finishes in the background ([`FinishOnDrop::keeping_while_abandoned`]);
+/// `()` keeps nothing.
+pub(crate) struct FinishOnDrop<F, K = ()>
 where
     F: Future + Send + 'static,
     F::Output: Send,
+    K: KeepWhileAbandoned,
 {
     request: Option<Pin<Box<F>>>,
     /// What to do with the output when nobody is left to receive it.
     abandoned: fn(F::Output) -> BoxFuture<'static, ()>,
-    /// What to keep alive while the request finishes in the background.
-    kept: Option<Box<dyn FnOnce() -> Box<dyn Any + Send> + Send>>,
+    keep: Option<K>,
+}
+
+/// What makes the value a request keeps while it finishes in the
+/// background: nothing (`()`), or a closure called when it goes there.
+pub(crate) trait KeepWhileAbandoned: Send + 'static {
+    type Kept: Send + 'static;
+    fn make(self) -> Self::Kept;
+}
+
+impl KeepWhileAbandoned for () {
+    type Kept = ();
+    fn make(self) {}
+}
+
+impl<T: Send + 'static, C: FnOnce() -> T + Send + 'static> KeepWhileAbandoned for C {
+    type Kept = T;
+    fn make(self) -> T {
+        self()
+    }
 }
 
 impl<F> FinishOnDrop<F>
@@ -36,26 +56,31 @@ where
         FinishOnDrop {
             request: Some(Box::pin(request)),
             abandoned,
-            kept: None,
+            keep: Some(()),
         }
     }
 
     /// If the request goes to the background, `keep()` is called then and
     /// what it returns is kept until the request is done there (a marker
-    /// that others wait on, say).
-    pub(crate) fn keeping_while_abandoned<T: Any + Send>(
+    /// that others wait on, say). Nothing is made for a request awaited to
+    /// the end.
+    pub(crate) fn keeping_while_abandoned<C: KeepWhileAbandoned>(
         mut self,
-        keep: impl FnOnce() -> T + Send + 'static,
-    ) -> Self {
-        self.kept = Some(Box::new(move || Box::new(keep())));
-        self
+        keep: C,
+    ) -> FinishOnDrop<F, C> {
+        FinishOnDrop {
+            request: self.request.take(),
+            abandoned: self.abandoned,
+            keep: Some(keep),
+        }
     }
 }
 
-impl<F> Future for FinishOnDrop<F>
+impl<F, K> Future for FinishOnDrop<F, K>
 where
     F: Future + Send + 'static,
     F::Output: Send,
+    K: KeepWhileAbandoned + Unpin,
 {
     type Output = F::Output;
 
@@ -76,17 +101,18 @@ where
     }
 }
 
-impl<F> Drop for FinishOnDrop<F>
+impl<F, K> Drop for FinishOnDrop<F, K>
 where
     F: Future + Send + 'static,
     F::Output: Send,
+    K: KeepWhileAbandoned,
 {
     fn drop(&mut self) {
         let Some(request) = self.request.take() else {
             return;
         };
         let abandoned = self.abandoned;
-        let kept = self.kept.take().map(|keep| keep());
+        let kept = self.keep.take().map(KeepWhileAbandoned::make);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {

@@ -300,15 +300,9 @@ pub(super) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(super) const READ_RELEASE_LUA: &str = concat!(
     r#"
 local field, prefix, tagged = ARGV[1], KEYS[4], ARGV[3]
-local latched = redis.call('get', KEYS[3])
-latched = (latched == '0' or latched == '1') and tonumber(latched)
-local count = false
-if not latched then
-    count = redis.call('hget', KEYS[1], field)
-    if count and not tonumber(count) then
-        return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
-    end
-end
+"#,
+    latched_release_lua!(),
+    r#"
 if #KEYS > 4 then
     redis.call('del', unpack(KEYS, 5))
 end

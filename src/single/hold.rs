@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::Lock;
 use crate::error::{Error, Result, Unavailable};
-use crate::finish_on_drop::FinishOnDrop;
+use crate::finish_on_drop::{FinishOnDrop, KeepWhileAbandoned};
 use crate::metrics;
 use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
@@ -68,7 +68,9 @@ impl HeldPart {
     /// Releases this part: stops its renewal first, waits out a renewal call
     /// under way, then sends the release. Finishes in the background if the
     /// returned future is dropped.
-    pub(crate) fn release(mut self) -> FinishOnDrop<impl Future<Output = Result<Released>>> {
+    pub(crate) fn release(
+        mut self,
+    ) -> FinishOnDrop<impl Future<Output = Result<Released>>, impl KeepWhileAbandoned> {
         self.finishing_release()
     }
 
@@ -80,7 +82,8 @@ impl HeldPart {
     /// awaits needs no such wait: the caller's next request comes after it.
     fn finishing_release(
         &mut self,
-    ) -> FinishOnDrop<impl Future<Output = Result<Released>> + use<>> {
+    ) -> FinishOnDrop<impl Future<Output = Result<Released>> + use<>, impl KeepWhileAbandoned + use<>>
+    {
         let job = self.release_job();
         let (lock, field) = (self.lock.clone(), self.field.clone());
         FinishOnDrop::new(job, log_failure)

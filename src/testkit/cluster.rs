@@ -478,7 +478,7 @@ mod tests {
     async fn keys_route_to_their_primaries_and_cluster_failover_swaps_roles() {
         let started = Instant::now();
         let mut cluster = RedisCluster::start().await.unwrap();
-        eprintln!("cluster ready in {:?}", started.elapsed());
+        tracing::info!("cluster ready in {:?}", started.elapsed());
         let url = cluster.nodes()[0].url();
         // The empty key first.
         for key in " lock {user1000}.a a{}{b} a{{b}}c a{b x{} {a}{b}".split(' ') {
@@ -501,10 +501,10 @@ mod tests {
 
         let started = Instant::now();
         cluster.failover(3).await.unwrap();
-        eprintln!("CLUSTER FAILOVER done in {:?}", started.elapsed());
+        tracing::info!("CLUSTER FAILOVER done in {:?}", started.elapsed());
         assert_eq!(cluster.primary_for_slot(0).await.unwrap(), 3);
         cluster.wait_until_healthy().await.unwrap();
-        eprintln!("healthy again after {:?}", started.elapsed());
+        tracing::info!("healthy again after {:?}", started.elapsed());
         assert_eq!(cluster.replica_of(3).await.unwrap(), 0);
         assert_eq!(cluster.nodes()[0].role().await.unwrap(), Role::Replica);
         let key = key_in(SHARDS[0]);
@@ -523,13 +523,13 @@ mod tests {
         cluster.kill(1).await.unwrap();
         assert_eq!(cluster.nodes()[1].pid(), None);
         cluster.wait_until_healthy().await.unwrap();
-        eprintln!("killed primary replaced in {:?}", started.elapsed());
+        tracing::info!("killed primary replaced in {:?}", started.elapsed());
         assert_eq!(cluster.primary_for_key(&key).await.unwrap(), 4);
         assert_eq!(set_get(&cluster.nodes()[4].url(), &key).await.unwrap(), "v");
         let started = Instant::now();
         cluster.restart(1).await.unwrap();
         cluster.wait_until_healthy().await.unwrap();
-        eprintln!("restarted node rejoined in {:?}", started.elapsed());
+        tracing::info!("restarted node rejoined in {:?}", started.elapsed());
         assert_eq!(cluster.replica_of(4).await.unwrap(), 1);
         assert_eq!(cluster.nodes()[1].role().await.unwrap(), Role::Replica);
     }

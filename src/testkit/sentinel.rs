@@ -535,7 +535,7 @@ mod tests {
     async fn a_started_group_replicates_and_sentinel_failover_moves_the_primary() {
         let started = Instant::now();
         let group = SentinelGroup::start().await.unwrap();
-        eprintln!("Sentinel group ready in {:?}", started.elapsed());
+        tracing::info!("Sentinel group ready in {:?}", started.elapsed());
         assert_eq!(group.master_name(), "mymaster");
         assert_eq!(group.sentinel_urls().len(), 3);
         assert_eq!(
@@ -550,7 +550,7 @@ mod tests {
 
         let started = Instant::now();
         let promoted = group.failover().await.unwrap();
-        eprintln!("SENTINEL FAILOVER done in {:?}", started.elapsed());
+        tracing::info!("SENTINEL FAILOVER done in {:?}", started.elapsed());
         assert_ne!(promoted, 0);
         assert_eq!(group.primary().await.unwrap(), promoted);
         ask::<()>(&group.data_nodes()[promoted].url(), &["SET", "k", "2"])
@@ -566,7 +566,7 @@ mod tests {
         let started = Instant::now();
         assert_eq!(group.kill_primary().await.unwrap(), 0);
         let promoted = group.wait_for_failover(0).await.unwrap();
-        eprintln!("killed primary replaced in {:?}", started.elapsed());
+        tracing::info!("killed primary replaced in {:?}", started.elapsed());
         ask::<()>(&group.data_nodes()[promoted].url(), &["SET", "k", "3"])
             .await
             .unwrap();

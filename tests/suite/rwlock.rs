@@ -333,23 +333,7 @@ fn servers_nodes(servers: &[RedisProcess]) -> Vec<multilock::Node> {
 /// Waits until `n` connections listen on the lock's channel (a waiter of
 /// ours has subscribed: all of a node's share one connection).
 async fn wait_for_rw_listeners(url: &str, n: u64) {
-    let channel = redisson_rwlock::channel(NAME);
-    eventually(
-        PATIENCE,
-        |seen: &u64| format!("{seen} listeners on {channel}, expected {n}"),
-        || async {
-            let (_, listeners): (String, u64) =
-                run(url, redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
-                    .await
-                    .unwrap();
-            if listeners == n {
-                Ok(())
-            } else {
-                Err(listeners)
-            }
-        },
-    )
-    .await
+    wait_for_channel_listeners(url, &redisson_rwlock::channel(NAME), n).await;
 }
 
 /// A read hold is trusted for its own lease, not for the hash's TTL:

@@ -175,7 +175,12 @@ pub async fn wait_absent(url: &str, key: &str, limit: Duration, why: &str) {
 /// unlock channel of lock `name` at `url`: a waiter has subscribed (all
 /// waiters of a node share one connection), or (0) every one has left.
 pub async fn wait_for_listeners(url: &str, name: &str, count: u64) {
-    let channel = protocol::channel(name);
+    wait_for_channel_listeners(url, &protocol::channel(name), count).await;
+}
+
+/// Waits (at most [`PATIENCE`]) until `count` connections listen on
+/// `channel` at `url`.
+pub async fn wait_for_channel_listeners(url: &str, channel: &str, count: u64) {
     let conn = raw(url).await;
     eventually(
         PATIENCE,
@@ -183,7 +188,7 @@ pub async fn wait_for_listeners(url: &str, name: &str, count: u64) {
         || async {
             let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
-                .arg(&channel)
+                .arg(channel)
                 .query_async(&mut conn.clone())
                 .await
                 .unwrap();
