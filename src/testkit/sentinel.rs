@@ -402,17 +402,20 @@ impl SentinelGroup {
     /// reports it up (`status=ok`) with 2 replicas and 3 sentinels, and
     /// flags each running replica a plain `slave`; the primary is a
     /// primary, and every other running data node replicates it, link up.
+    /// Returns the primary's index: not always the one a failover just
+    /// promoted, since sentinels that missed a promotion (a loaded machine)
+    /// may start a second failover of their own, and the newer epoch wins.
     /// Fails when not within 60 s (the message says what is missing): a
     /// former primary still running is demoted 10-20 s after a failover.
     ///
     /// # Cancel safety
     /// Cancel safe: it only polls.
-    pub async fn wait_until_healthy(&self) -> io::Result<()> {
+    pub async fn wait_until_healthy(&self) -> io::Result<usize> {
         let what = "the Sentinel group did not become healthy";
         poll_ready(HEALTH_LIMIT, what, || self.health()).await
     }
 
-    async fn health(&self) -> io::Result<()> {
+    async fn health(&self) -> io::Result<usize> {
         let primary = self.agreed_primary().await?;
         let port = self.data[primary].port();
         for url in self.up_sentinels() {
@@ -433,7 +436,8 @@ impl SentinelGroup {
                 }
             }
         }
-        self.data_health(primary).await
+        self.data_health(primary).await?;
+        Ok(primary)
     }
 
     /// Whether data node `primary` is a primary and every other running,
@@ -571,9 +575,9 @@ mod tests {
             .await
             .unwrap();
         wait_for(&group, 3 - promoted, "k", "3").await;
-        group.wait_until_healthy().await.unwrap();
+        let primary = group.wait_until_healthy().await.unwrap();
         group.pause(GroupMember::Sentinel(0)).await.unwrap();
-        assert_eq!(group.primary().await.unwrap(), promoted);
+        assert_eq!(group.primary().await.unwrap(), primary);
         group.unpause(GroupMember::Sentinel(0)).await.unwrap();
         group.kill_sentinels().await.unwrap();
         assert!(group.sentinels().iter().all(|s| s.pid().is_none()));
