@@ -88,6 +88,11 @@ pub enum Unavailable {
     ///
     /// [`Node::health`]: crate::Node::health
     Suspect,
+    /// A node that is a Sentinel group's primary: no sentinel answered and
+    /// no primary was known yet, the sentinels name none for the master
+    /// name, or the server they name is not a primary (a failover under
+    /// way). Nothing was sent.
+    NoPrimary,
 }
 
 /// A multi-node operation that fell short of its quorum.
@@ -145,6 +150,8 @@ impl Error {
         // (redis-rs files it under "reconnect").
         let reason = if err.kind() == redis::ErrorKind::AuthenticationFailed {
             None
+        } else if err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+            Some(Unavailable::NoPrimary)
         } else if err.is_timeout() {
             Some(Unavailable::Timeout)
         } else if err.is_connection_refusal() {
@@ -221,6 +228,7 @@ impl fmt::Display for Error {
                     Unavailable::Suspect => {
                         "suspect (a recent request timed out or was refused); not sent"
                     }
+                    Unavailable::NoPrimary => "the sentinels name no primary that answers as one",
                 };
                 write!(f, "node {node} unavailable: {why}")
             }

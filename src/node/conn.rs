@@ -284,12 +284,23 @@ impl Conn {
             }
             Err(err) => {
                 pool::note_error(&self.broken, &err);
+                if is_readonly(&err) {
+                    // A replica now: a Sentinel node's primary moved. This
+                    // connection goes, and the sentinels are asked at once.
+                    self.broken.store(true, Ordering::Relaxed);
+                    self.node.inner.target.maybe_moved();
+                }
                 let err = Error::from_redis(&self.node.inner.addr, err);
                 self.node.observe(&err);
                 Err(err)
             }
         }
     }
+}
+
+/// A write refused by a replica (`READONLY`, also inside a script's error).
+fn is_readonly(err: &redis::RedisError) -> bool {
+    err.code() == Some("READONLY") || err.to_string().contains("READONLY")
 }
 
 async fn send(request: &Request, conn: &mut MultiplexedConnection) -> redis::RedisResult<Value> {

@@ -49,8 +49,8 @@ pub(crate) enum Why {
 /// The shared health state of one node.
 pub(crate) struct HealthState {
     addr: String,
-    /// A client that makes the probe's fresh connections.
-    client: redis::Client,
+    /// Where the probe's fresh connections go.
+    target: super::target::Target,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// `suspect_since.is_some()`, read on every request without the lock.
@@ -61,13 +61,13 @@ pub(crate) struct HealthState {
 impl HealthState {
     pub(crate) fn new(
         addr: String,
-        client: redis::Client,
+        target: super::target::Target,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Arc<HealthState> {
         Arc::new(HealthState {
             addr,
-            client,
+            target,
             connect_timeout,
             response_timeout,
             suspect: AtomicBool::new(false),
@@ -168,8 +168,8 @@ async fn ping(state: &HealthState) -> bool {
         .set_connection_timeout(Some(state.connect_timeout))
         .set_response_timeout(Some(state.response_timeout));
     let attempt = async {
-        let mut conn = state
-            .client
+        let (client, _) = state.target.resolve().await?;
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         redis::cmd("PING")

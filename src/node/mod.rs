@@ -4,7 +4,10 @@
 mod conn;
 mod health;
 mod pool;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod subscriber;
+mod target;
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +17,7 @@ use std::time::Duration;
 // Configuration types through deadpool-redis, the facade that pins the deadpool
 // and redis versions this pool is built for.
 use deadpool_redis::{Runtime, Timeouts};
-use redis::{ConnectionAddr, ProtocolVersion};
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
 pub(crate) use conn::{Conn, Lane};
@@ -30,7 +33,9 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default quiet time after which the subscription connection is PINGed.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// One Redis master.
+/// One Redis master: a standalone server ([`Node::new`]), or, with the
+/// `sentinel` feature, whichever server a Sentinel group names its primary
+/// (`Node::sentinel`), followed across failovers.
 ///
 /// A node owns a pool of command connections and one subscription connection
 /// shared by every waiter of this process on that node. It connects lazily:
@@ -40,7 +45,8 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 /// Cloning is cheap and clones share the pool and the subscription.
 ///
 /// The password of the URL never appears in `Debug` output, errors or logs:
-/// a node is named by its address, `host:port`.
+/// a node is named by its address, `host:port` (a Sentinel node by its
+/// master name and a sentinel's address).
 ///
 /// # Examples
 ///
@@ -82,6 +88,8 @@ struct NodeInner {
     filling: tokio::sync::Mutex<()>,
     subscriber: subscriber::Subscriber,
     response_timeout: Duration,
+    /// Where its connections go (a Sentinel node's moves on failovers).
+    target: target::Target,
     /// Unlock latches of releases whose replies came, for the next release
     /// on this node to delete (see `protocol::release`).
     spent_latches: std::sync::Mutex<Vec<String>>,
@@ -97,6 +105,9 @@ const SPENT_LATCHES_KEPT: usize = 256;
 #[must_use = "a builder does nothing until `build()`"]
 pub struct NodeBuilder {
     url: String,
+    /// Set for a node that is the primary of a Sentinel group.
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<sentinel::SentinelSource>,
     pool_size: usize,
     shared_connections: usize,
     connect_timeout: Duration,
@@ -106,9 +117,11 @@ pub struct NodeBuilder {
 
 impl fmt::Debug for NodeBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeBuilder")
-            .field("url", &redact_url(&self.url))
-            .field("pool_size", &self.pool_size)
+        let mut f = f.debug_struct("NodeBuilder");
+        f.field("url", &redact_url(&self.url));
+        #[cfg(feature = "sentinel")]
+        f.field("sentinel", &self.sentinel);
+        f.field("pool_size", &self.pool_size)
             .field("shared_connections", &self.shared_connections)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
@@ -198,43 +211,11 @@ impl NodeBuilder {
                 "node timeouts and keepalive must be greater than zero",
             ));
         }
-        let shown = redact_url(&self.url);
-        let scheme_ok = self.url.starts_with("redis://") || self.url.starts_with("rediss://");
-        if !scheme_ok {
-            return Err(Error::invalid(format!(
-                "Redis URL {shown:?} must start with redis:// or rediss://"
-            )));
-        }
-        if self.url.starts_with("rediss://") && !cfg!(feature = "tls") {
-            return Err(Error::invalid(format!(
-                "Redis URL {shown:?} uses TLS: enable the `tls` feature of multilock"
-            )));
-        }
-        let info = redis::IntoConnectionInfo::into_connection_info(self.url.as_str())
-            .map_err(|_| Error::invalid(format!("Redis URL {shown:?} does not parse")))?;
-        let addr = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-            ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
-            other => format!("{other}"),
-        };
-        // RESP3: the subscription shares one connection with pushes, and
-        // command connections report their own disconnection.
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        // TCP_NODELAY, as Redisson (Netty) sets it: with Nagle's algorithm a
-        // request written while an earlier one is unacknowledged waits for
-        // that reply, one more round trip on a real network.
-        let info = info
-            .set_redis_settings(settings)
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info)
-            .map_err(|_| Error::invalid(format!("Redis URL {shown:?} is not usable")))?;
+        let (addr, target) = self.target()?;
 
         let server = Arc::new(pool::ServerIdentity::new(addr.clone()));
         let factory = pool::ConnectionFactory {
-            client: client.clone(),
+            target: target.clone(),
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             server: server.clone(),
@@ -255,14 +236,14 @@ impl NodeBuilder {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 subscriber: subscriber::Subscriber::new(
                     addr.clone(),
-                    client.clone(),
+                    target.clone(),
                     self.connect_timeout,
                     self.response_timeout,
                     self.keepalive,
                 ),
                 health: health::HealthState::new(
                     addr.clone(),
-                    client,
+                    target.clone(),
                     self.connect_timeout,
                     self.response_timeout,
                 ),
@@ -276,9 +257,31 @@ impl NodeBuilder {
                 turn: AtomicUsize::new(0),
                 filling: tokio::sync::Mutex::new(()),
                 response_timeout: self.response_timeout,
+                target,
                 spent_latches: std::sync::Mutex::new(Vec::new()),
             }),
         })
+    }
+}
+
+impl NodeBuilder {
+    /// The node's name in errors and logs, and where its connections go.
+    fn target(&self) -> Result<(String, target::Target)> {
+        #[cfg(feature = "sentinel")]
+        if let Some(source) = &self.sentinel {
+            if !self.url.is_empty() {
+                return Err(Error::invalid(
+                    "username, password, database and tls are a Sentinel node's settings: a URL node takes them from its URL",
+                ));
+            }
+            return source.target(self.connect_timeout, self.response_timeout);
+        }
+        let info = connection_info(&self.url)?;
+        let client = redis::Client::open(info.clone()).map_err(|_| {
+            let shown = redact_url(&self.url);
+            Error::invalid(format!("Redis URL {shown:?} is not usable"))
+        })?;
+        Ok((addr_of(&info), target::Target::Server(Arc::new(client))))
     }
 }
 
@@ -296,6 +299,8 @@ impl Node {
     pub fn builder(url: impl Into<String>) -> NodeBuilder {
         NodeBuilder {
             url: url.into(),
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
             pool_size: DEFAULT_POOL_SIZE,
             shared_connections: 1,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -418,7 +423,7 @@ impl Node {
     /// connection is not enough: the next one is usually fine.)
     fn observe(&self, err: &Error) {
         if let Error::NodeUnavailable {
-            reason: Unavailable::Timeout | Unavailable::Refused,
+            reason: Unavailable::Timeout | Unavailable::Refused | Unavailable::NoPrimary,
             ..
         } = err
         {
@@ -438,6 +443,45 @@ impl fmt::Debug for Node {
 impl fmt::Display for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.inner.addr)
+    }
+}
+
+/// The connection settings of a `redis://` or `rediss://` URL, for RESP3
+/// with `TCP_NODELAY`; the error shows the URL without its password.
+pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo> {
+    let shown = redact_url(url);
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err(Error::invalid(format!(
+            "Redis URL {shown:?} must start with redis:// or rediss://"
+        )));
+    }
+    if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+        return Err(Error::invalid(format!(
+            "Redis URL {shown:?} uses TLS: enable the `tls` feature of multilock"
+        )));
+    }
+    let info = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|_| Error::invalid(format!("Redis URL {shown:?} does not parse")))?;
+    // RESP3: the subscription shares one connection with pushes, and
+    // command connections report their own disconnection.
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    // TCP_NODELAY, as Redisson (Netty) sets it: with Nagle's algorithm a
+    // request written while an earlier one is unacknowledged waits for
+    // that reply, one more round trip on a real network.
+    Ok(info
+        .set_redis_settings(settings)
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
+}
+
+/// `host:port` of a connection's address, as nodes are named.
+pub(crate) fn addr_of(info: &ConnectionInfo) -> String {
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+        other => format!("{other}"),
     }
 }
 

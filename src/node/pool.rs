@@ -32,7 +32,8 @@ use crate::protocol;
 
 /// Creates connections for one node.
 pub(crate) struct ConnectionFactory {
-    pub(crate) client: redis::Client,
+    /// Where connections go (asked afresh for each).
+    pub(crate) target: super::target::Target,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     /// What the connections learn about the server.
@@ -99,6 +100,10 @@ impl ServerIdentity {
 pub(crate) struct PooledConnection {
     pub(crate) conn: MultiplexedConnection,
     pub(crate) broken: Arc<AtomicBool>,
+    /// Its target and the target's epoch when it was made: a Sentinel
+    /// node's connections to a former primary are unusable.
+    target: super::target::Target,
+    epoch: u64,
     /// Alive while the runtime that drives the connection is: see
     /// [`RuntimeAlive`].
     runtime: RuntimeAlive,
@@ -110,6 +115,8 @@ impl PooledConnection {
     pub(crate) fn unusable(&self) -> Option<&'static str> {
         if self.broken.load(Ordering::Relaxed) {
             Some("connection broken")
+        } else if !self.target.is_current(self.epoch) {
+            Some("the primary moved")
         } else if !self.runtime.is_alive() {
             Some("the connection's runtime is gone")
         } else {
@@ -153,14 +160,16 @@ pub(crate) fn note_error(broken: &AtomicBool, err: &RedisError) {
 
 /// Sets the broken flag when the connection reports its own disconnection,
 /// and tells whoever watches the server (a restart is found by the next
-/// connection's `run_id`).
-struct BrokenOnDisconnect(Arc<AtomicBool>, Arc<ServerIdentity>);
+/// connection's `run_id`) and the target (a Sentinel node's primary may
+/// have moved).
+struct BrokenOnDisconnect(Arc<AtomicBool>, Arc<ServerIdentity>, super::target::Target);
 
 impl AsyncPushSender for BrokenOnDisconnect {
     fn send(&self, info: PushInfo) -> Result<(), SendError> {
         if info.kind == PushKind::Disconnection {
             self.0.store(true, Ordering::Relaxed);
             self.1.disconnected.notify_waiters();
+            self.2.maybe_moved();
         }
         Ok(())
     }
@@ -172,26 +181,46 @@ impl managed::Manager for ConnectionFactory {
 
     async fn create(&self) -> Result<PooledConnection, RedisError> {
         let broken = Arc::new(AtomicBool::new(false));
+        let (client, epoch) = self.target.resolve().await?;
+        let push = BrokenOnDisconnect(broken.clone(), self.server.clone(), self.target.clone());
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
-            .set_push_sender(BrokenOnDisconnect(broken.clone(), self.server.clone()));
-        let mut conn = self
-            .client
+            .set_push_sender(push);
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let runtime = RuntimeAlive::current();
-        let (info,): (String,) = protocol::load_scripts()
-            .cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await?;
+        let mut setup = protocol::load_scripts();
+        setup.cmd("INFO").arg("server");
+        if self.target.checks_role() {
+            setup.cmd("ROLE");
+        }
+        let mut replies = setup
+            .query_async::<Vec<redis::Value>>(&mut conn)
+            .await?
+            .into_iter();
+        let info = replies.next().unwrap_or(redis::Value::Nil);
+        let info: String = redis::FromRedisValue::from_redis_value(info)?;
+        if replies.next().is_some_and(|role| !is_primary(&role)) {
+            self.target.maybe_moved();
+            return Err(RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "the server the sentinels name is not a primary (yet)",
+            )));
+        }
+        // Observed once the server is known to be the one to use: a
+        // Sentinel node's new primary has its own `run_id`, and fencing
+        // treats the switch as it treats a restart (the replica may miss the
+        // last writes).
         if let Some(run_id) = info.lines().find_map(|line| line.strip_prefix("run_id:")) {
             self.server.observe(run_id.trim());
         }
         Ok(PooledConnection {
             conn,
             broken,
+            target: self.target.clone(),
+            epoch,
             runtime,
         })
     }
@@ -201,6 +230,18 @@ impl managed::Manager for ConnectionFactory {
             Some(why) => Err(RecycleError::message(why)),
             None => Ok(()),
         }
+    }
+}
+
+/// Whether a `ROLE` reply is a primary's (`master`, then its offset and
+/// replicas).
+fn is_primary(role: &redis::Value) -> bool {
+    match role {
+        redis::Value::Array(parts) => matches!(
+            parts.first(),
+            Some(redis::Value::BulkString(kind)) if kind == b"master"
+        ),
+        _ => false,
     }
 }
 

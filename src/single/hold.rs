@@ -238,7 +238,11 @@ async fn finish_release(
                 return;
             }
             Err(Error::NodeUnavailable {
-                reason: Unavailable::Disconnected | Unavailable::Refused | Unavailable::Suspect,
+                reason:
+                    Unavailable::Disconnected
+                    | Unavailable::Refused
+                    | Unavailable::Suspect
+                    | Unavailable::NoPrimary,
                 ..
             }) => {
                 // The connection broke, or none could be had: try a fresh

@@ -7,6 +7,7 @@ mod common;
 mod degraded;
 
 mod auth;
+mod connections;
 mod errors;
 mod failover;
 mod fair;
@@ -22,6 +23,10 @@ mod reentrancy;
 mod rwlock;
 mod scenarios;
 mod scoped;
+#[cfg(feature = "sentinel")]
+mod sentinel;
+#[cfg(feature = "sentinel")]
+mod sentinel_groups;
 mod waiting;
 mod watchdog;
 mod wire;

@@ -140,8 +140,9 @@ mod tests {
     /// channel's state by hand.
     fn subscriber() -> Subscriber {
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let target = crate::node::target::Target::Server(std::sync::Arc::new(client));
         let second = Duration::from_secs(1);
-        Subscriber::new("test".into(), client, second, second, second)
+        Subscriber::new("test".into(), target, second, second, second)
     }
 
     /// Registers a waiter on `channel` as if the server had confirmed it.

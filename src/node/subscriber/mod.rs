@@ -42,7 +42,8 @@ pub(crate) struct Subscriber {
 
 struct Shared {
     node: String,
-    client: redis::Client,
+    /// Where the subscription connection goes; a Sentinel node's moves.
+    target: crate::node::target::Target,
     connect_timeout: Duration,
     response_timeout: Duration,
     keepalive: Duration,
@@ -133,7 +134,7 @@ impl Drop for Subscription {
 impl Subscriber {
     pub(crate) fn new(
         node: String,
-        client: redis::Client,
+        target: crate::node::target::Target,
         connect_timeout: Duration,
         response_timeout: Duration,
         keepalive: Duration,
@@ -141,7 +142,7 @@ impl Subscriber {
         Subscriber {
             shared: Arc::new(Shared {
                 node,
-                client,
+                target,
                 connect_timeout,
                 response_timeout,
                 keepalive,
@@ -250,6 +251,7 @@ impl Shared {
             Actor {
                 shared: Arc::downgrade(self),
                 conn: None,
+                epoch: 0,
                 timeouts_in_a_row: 0,
             }
             .run(rx),
@@ -292,6 +294,18 @@ impl Shared {
     }
 }
 
+/// Resolves at the target's next switch of primary; never for a node whose
+/// target cannot switch.
+async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match switches {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Routes pushes of the subscription connection. Runs inside the connection's
 /// driver, so it only takes a short std lock and never blocks.
 struct PushRouter(Weak<Shared>);
@@ -311,7 +325,10 @@ impl AsyncPushSender for PushRouter {
                     shared.on_message(channel, payload);
                 }
             }
-            PushKind::Disconnection => shared.on_disconnect(),
+            PushKind::Disconnection => {
+                shared.on_disconnect();
+                shared.target.maybe_moved();
+            }
             _ => {}
         }
         Ok(())
@@ -323,6 +340,8 @@ impl AsyncPushSender for PushRouter {
 struct Actor {
     shared: Weak<Shared>,
     conn: Option<ConnectionManager>,
+    /// The node target's epoch when `conn` was made.
+    epoch: u64,
     timeouts_in_a_row: u32,
 }
 
@@ -330,8 +349,8 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Reconcile>) {
         let mut pending: Vec<String> = Vec::new();
         let mut backoff = Duration::from_millis(50);
-        let keepalive = match self.shared.upgrade() {
-            Some(shared) => shared.keepalive,
+        let (keepalive, mut switches) = match self.shared.upgrade() {
+            Some(shared) => (shared.keepalive, shared.target.switches()),
             None => return,
         };
         loop {
@@ -341,6 +360,13 @@ impl Actor {
                         Some(msg) => self.collect(msg, &mut pending),
                         None => return,
                     },
+                    () = next_switch(&mut switches) => {
+                        let Some(shared) = self.shared.upgrade() else {
+                            return;
+                        };
+                        self.move_if_stale(&shared);
+                        continue;
+                    }
                     _ = tokio::time::sleep(keepalive) => {
                         let Some(shared) = self.shared.upgrade() else {
                             return;
@@ -442,7 +468,7 @@ impl Actor {
             }
             return true;
         }
-        let Some(conn) = self.connection(shared) else {
+        let Some(conn) = self.connection(shared).await else {
             return false;
         };
         let result = if want {
@@ -501,8 +527,25 @@ impl Actor {
         }
     }
 
-    fn connection(&mut self, shared: &Arc<Shared>) -> Option<&mut ConnectionManager> {
+    /// A Sentinel node's primary moved: the subscriptions move with it,
+    /// as after a disconnection (every waiter re-checks).
+    fn move_if_stale(&mut self, shared: &Arc<Shared>) {
+        if self.conn.is_some() && !shared.target.is_current(self.epoch) {
+            tracing::debug!(node = %shared.node, "the primary moved; the subscription follows");
+            self.rebuild(shared);
+        }
+    }
+
+    async fn connection(&mut self, shared: &Arc<Shared>) -> Option<&mut ConnectionManager> {
+        self.move_if_stale(shared);
         if self.conn.is_none() {
+            let (client, epoch) = match shared.target.resolve().await {
+                Ok(resolved) => resolved,
+                Err(err) => {
+                    tracing::debug!(node = %shared.node, error = %err, "no server for the subscription connection yet");
+                    return None;
+                }
+            };
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(shared.connect_timeout))
                 .set_response_timeout(Some(shared.response_timeout))
@@ -510,8 +553,11 @@ impl Actor {
                 .set_number_of_retries(usize::MAX)
                 .set_max_delay(MAX_BACKOFF)
                 .set_push_sender(PushRouter(Arc::downgrade(shared)));
-            match ConnectionManager::new_lazy_with_config(shared.client.clone(), config) {
-                Ok(conn) => self.conn = Some(conn),
+            match ConnectionManager::new_lazy_with_config(client, config) {
+                Ok(conn) => {
+                    self.conn = Some(conn);
+                    self.epoch = epoch;
+                }
                 Err(err) => {
                     tracing::warn!(node = %shared.node, error = %err, "cannot set up the subscription connection");
                     return None;

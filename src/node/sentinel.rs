@@ -1,0 +1,543 @@
+//! A node that is the primary of a Sentinel group: which server that is,
+//! as the sentinels say, followed across failovers.
+//!
+//! The sentinels are asked `SENTINEL GET-MASTER-ADDR-BY-NAME` about once a
+//! second, as Redisson does, and at once when a connection to the primary
+//! is lost or it answers `READONLY`, and before every new connection. All
+//! sentinels are asked at once; the primary named by a majority of them
+//! wins as soon as their answers are in (a paused minority costs nothing),
+//! else the one most of those who answered name, the known one on a tie. A
+//! new primary bumps the node's epoch: every connection of the old one is
+//! unusable from then on, so no lock is written there once the switch is
+//! known, and the subscription moves (its waiters re-check).
+//!
+//! Why not redis-rs's `Sentinel`: it takes the first sentinel, in the
+//! configured order, whose named master answers `ROLE` as a master. For
+//! 10-20 s after a failover the demoted primary still does, so a sentinel
+//! that missed the failover, listed first, would send the node back to it.
+//! It does not follow failovers either (redis-rs #1438): something must
+//! poll, and compare answers, anyway.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use redis::aio::MultiplexedConnection;
+use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
+use tokio::sync::{Notify, watch};
+
+/// How often the sentinels are asked which server is the primary
+/// (Redisson's `scanInterval`).
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The primary of one master name, as its sentinels name it.
+pub(crate) struct SentinelPrimary {
+    /// The node's name in logs: `sentinel/<master>@<lowest sentinel>`.
+    node: String,
+    master: String,
+    sentinels: Vec<SentinelLink>,
+    /// How to connect to a data node: everything but the address.
+    data: ConnectionInfo,
+    data_tls: bool,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    current: Mutex<Option<Primary>>,
+    epoch: AtomicU64,
+    switched: watch::Sender<u64>,
+    /// Wakes the poller before its next tick.
+    check_now: Arc<Notify>,
+    poller_started: AtomicBool,
+}
+
+#[derive(Clone)]
+struct Primary {
+    host: String,
+    port: u16,
+    client: redis::Client,
+}
+
+/// One sentinel and the connection it is asked on.
+struct SentinelLink {
+    addr: String,
+    client: redis::Client,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+/// What building a [`SentinelPrimary`] takes; see `NodeBuilder`.
+pub(crate) struct SentinelSettings {
+    pub(crate) master: String,
+    pub(crate) sentinels: Vec<ConnectionInfo>,
+    pub(crate) data: ConnectionInfo,
+    pub(crate) data_tls: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl SentinelPrimary {
+    pub(crate) fn new(settings: SentinelSettings) -> RedisResult<SentinelPrimary> {
+        let sentinels = settings
+            .sentinels
+            .into_iter()
+            .map(|info| {
+                let addr = super::addr_of(&info);
+                let client = redis::Client::open(info)?;
+                Ok(SentinelLink {
+                    addr,
+                    client,
+                    conn: tokio::sync::Mutex::new(None),
+                })
+            })
+            .collect::<RedisResult<Vec<_>>>()?;
+        // Named by the master name and the lowest sentinel address: groups
+        // that share the default name "mymaster" are still told apart (a
+        // RedLock refuses the same node twice), in whatever order the
+        // sentinels were listed.
+        let first = sentinels
+            .iter()
+            .map(|s| s.addr.as_str())
+            .min()
+            .unwrap_or("");
+        Ok(SentinelPrimary {
+            node: format!("sentinel/{}@{first}", settings.master),
+            master: settings.master,
+            sentinels,
+            data: settings.data,
+            data_tls: settings.data_tls,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            current: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+            switched: watch::channel(0).0,
+            check_now: Arc::new(Notify::new()),
+            poller_started: AtomicBool::new(false),
+        })
+    }
+
+    /// Which switch of primary this is: connections of another are stale.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn switches(&self) -> watch::Receiver<u64> {
+        self.switched.subscribe()
+    }
+
+    /// Asks the sentinels before the next tick.
+    pub(crate) fn check_soon(&self) {
+        self.check_now.notify_one();
+    }
+
+    /// The primary's client, as the sentinels name it now, and the epoch.
+    /// When no sentinel answers within half the connect timeout (the
+    /// connection must still be made within it), the primary known so far
+    /// (its connections check `ROLE`), or an error of kind
+    /// `MasterNameNotFoundBySentinel` when none is known.
+    pub(crate) async fn resolve(self: &Arc<Self>) -> RedisResult<(redis::Client, u64)> {
+        self.start_poller();
+        let asked = tokio::time::timeout(self.connect_timeout / 2, self.ask_sentinels()).await;
+        let asked = asked.unwrap_or_else(|_| {
+            Err(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel answered in time",
+                self.node.clone(),
+            )))
+        });
+        match asked {
+            Ok(named) => Ok(self.switch_to(named)),
+            Err(err) => {
+                let known = self.current.lock().unwrap().clone();
+                match known {
+                    Some(primary) => {
+                        tracing::debug!(node = %self.node, error = %err, "no sentinel answered; keeping the known primary");
+                        Ok((primary.client, self.epoch()))
+                    }
+                    None => Err(err),
+                }
+            }
+        }
+    }
+
+    /// Makes `named` the primary if it is not already; returns its client
+    /// and the epoch.
+    fn switch_to(&self, named: (String, u16)) -> (redis::Client, u64) {
+        let mut current = self.current.lock().unwrap();
+        if let Some(primary) = current
+            .as_ref()
+            .filter(|p| (p.host.as_str(), p.port) == (named.0.as_str(), named.1))
+        {
+            return (primary.client.clone(), self.epoch());
+        }
+        let (host, port) = named;
+        let addr = match self.data_tls {
+            false => ConnectionAddr::Tcp(host.clone(), port),
+            true => ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let info = self.data.clone().set_addr(addr);
+        // Opening a client does no I/O and cannot fail for a TCP address.
+        let client = redis::Client::open(info).expect("a TCP connection info");
+        let from = current
+            .as_ref()
+            .map(|p| format!("{}:{}", p.host, p.port))
+            .unwrap_or_else(|| "none".to_owned());
+        tracing::info!(node = %self.node, from, to = %format!("{host}:{port}"), "the sentinels name a new primary");
+        *current = Some(Primary {
+            host,
+            port,
+            client: client.clone(),
+        });
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        drop(current);
+        self.switched.send_replace(epoch);
+        (client, epoch)
+    }
+
+    /// Asks every sentinel at once; returns the primary a majority names
+    /// as soon as they have, else, once all have answered or failed, the
+    /// one most name (the known one on a tie).
+    async fn ask_sentinels(&self) -> RedisResult<(String, u16)> {
+        let majority = self.sentinels.len() / 2 + 1;
+        let mut asks: FuturesUnordered<_> = self.sentinels.iter().map(|s| self.ask(s)).collect();
+        let mut votes: HashMap<(String, u16), usize> = HashMap::new();
+        let mut last_err = None;
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok(named) => {
+                    let count = votes.entry(named.clone()).or_default();
+                    *count += 1;
+                    if *count >= majority {
+                        return Ok(named);
+                    }
+                }
+                Err(err) => last_err = Some(err),
+            }
+        }
+        let known = self
+            .current
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| (p.host.clone(), p.port));
+        match (most_named(votes, known.as_ref()), last_err) {
+            (Some(named), _) => Ok(named),
+            (None, Some(err)) => Err(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel answered",
+                format!("{}: {err}", self.node),
+            ))),
+            (None, None) => Err(RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no sentinel names a primary",
+                self.node.clone(),
+            ))),
+        }
+    }
+
+    /// One sentinel's answer, on its cached connection (made again after a
+    /// failure). A sentinel that does not know the master name fails.
+    async fn ask(&self, sentinel: &SentinelLink) -> RedisResult<(String, u16)> {
+        let attempt = async {
+            let mut cached = sentinel.conn.lock().await;
+            let conn = match cached.as_mut() {
+                Some(conn) => conn,
+                None => {
+                    let config = redis::AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.response_timeout))
+                        .set_response_timeout(Some(self.response_timeout));
+                    let conn = sentinel
+                        .client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    cached.insert(conn)
+                }
+            };
+            let reply: RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.master)
+                .query_async(conn)
+                .await;
+            if reply.is_err() {
+                *cached = None;
+            }
+            reply?.ok_or_else(|| {
+                RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "the sentinel does not know the master name",
+                    sentinel.addr.clone(),
+                ))
+            })
+        };
+        // Bounded twice over: a paused sentinel accepts the connection and
+        // then says nothing.
+        match tokio::time::timeout(self.response_timeout * 2, attempt).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                *sentinel.conn.lock().await = None;
+                Err(RedisError::from((
+                    ErrorKind::Io,
+                    "the sentinel did not answer in time",
+                    sentinel.addr.clone(),
+                )))
+            }
+        }
+    }
+
+    /// Starts the poller once, on the current runtime. It holds the node
+    /// weakly and ends with it.
+    fn start_poller(self: &Arc<Self>) {
+        if self.poller_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let check_now = self.check_now.clone();
+        tokio::spawn(poll(weak, check_now));
+    }
+}
+
+/// The primary most sentinels named; on a tie the `known` one if it is
+/// among the most named, else the lowest address (any fixed rule: every
+/// client of the group then picks the same).
+fn most_named(
+    votes: HashMap<(String, u16), usize>,
+    known: Option<&(String, u16)>,
+) -> Option<(String, u16)> {
+    let most = votes.values().copied().max()?;
+    let mut tied: Vec<(String, u16)> = votes
+        .into_iter()
+        .filter(|(_, n)| *n == most)
+        .map(|(named, _)| named)
+        .collect();
+    if let Some(known) = known.filter(|k| tied.contains(k)) {
+        return Some(known.clone());
+    }
+    tied.sort();
+    tied.into_iter().next()
+}
+
+/// Asks the sentinels every [`POLL_INTERVAL`], or sooner when told to.
+async fn poll(primary: Weak<SentinelPrimary>, check_now: Arc<Notify>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(POLL_INTERVAL) => {}
+            () = check_now.notified() => {}
+        }
+        let Some(primary) = primary.upgrade() else {
+            return;
+        };
+        match primary.ask_sentinels().await {
+            Ok(named) => drop(primary.switch_to(named)),
+            Err(err) => {
+                tracing::debug!(node = %primary.node, error = %err, "no sentinel named the primary")
+            }
+        }
+    }
+}
+
+/// A Sentinel node's part of a `NodeBuilder`.
+#[derive(Clone)]
+pub(crate) struct SentinelSource {
+    master: String,
+    sentinel_urls: Vec<String>,
+    username: Option<String>,
+    password: Option<String>,
+    database: i64,
+    tls: bool,
+}
+
+impl std::fmt::Debug for SentinelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self
+            .sentinel_urls
+            .iter()
+            .map(|u| super::redact_url(u))
+            .collect();
+        f.debug_struct("SentinelSource")
+            .field("master", &self.master)
+            .field("sentinel_urls", &urls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("database", &self.database)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl SentinelSource {
+    /// Validates the settings; the node's name and target.
+    pub(crate) fn target(
+        &self,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> crate::Result<(String, super::target::Target)> {
+        use crate::Error;
+        if self.master.is_empty() {
+            return Err(Error::invalid("the Sentinel master name must not be empty"));
+        }
+        if self.sentinel_urls.is_empty() {
+            return Err(Error::invalid(
+                "a Sentinel node needs at least one sentinel URL",
+            ));
+        }
+        if self.tls && !cfg!(feature = "tls") {
+            return Err(Error::invalid(
+                "TLS to the data nodes: enable the `tls` feature of multilock",
+            ));
+        }
+        let sentinels = self
+            .sentinel_urls
+            .iter()
+            .map(|url| super::connection_info(url))
+            .collect::<crate::Result<Vec<_>>>()?;
+        let mut settings = redis::RedisConnectionInfo::default()
+            .set_protocol(redis::ProtocolVersion::RESP3)
+            .set_db(self.database);
+        if let Some(username) = &self.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        // A template: the address is the primary's, once known.
+        let data = super::connection_info("redis://127.0.0.1:6379")?.set_redis_settings(settings);
+        let primary = SentinelPrimary::new(SentinelSettings {
+            master: self.master.clone(),
+            sentinels,
+            data,
+            data_tls: self.tls,
+            connect_timeout,
+            response_timeout,
+        })
+        .map_err(|_| Error::invalid("a sentinel URL is not usable"))?;
+        let name = primary.node.clone();
+        Ok((name, super::target::Target::Sentinel(Arc::new(primary))))
+    }
+}
+
+impl super::Node {
+    /// A builder of a node that is the primary the sentinels at
+    /// `sentinel_urls` name for `master_name`, followed across failovers
+    /// (behind the `sentinel` feature). The sentinels' own passwords and
+    /// TLS come from their URLs (`redis://:pw@host:26379`,
+    /// `rediss://...`); the data nodes' from
+    /// [`NodeBuilder::username`], [`NodeBuilder::password`],
+    /// [`NodeBuilder::database`] and [`NodeBuilder::tls`]. The node is named
+    /// `sentinel/<master_name>@<lowest sentinel host:port>` in errors and
+    /// logs (so groups that share a master name are told apart).
+    ///
+    /// The sentinels are asked about once a second, on a lost connection,
+    /// on a `READONLY` reply and before every new connection; a majority's
+    /// answer wins. Once a new primary is known, no request goes to the old
+    /// one, and waiters re-subscribe there and re-check. What asynchronous
+    /// replication can still lose is in the README's "Deployments": a
+    /// Sentinel group counts as **one** member of a MultiLock or RedLock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use multilock::Node;
+    ///
+    /// let node = Node::sentinel(
+    ///     "mymaster",
+    ///     ["redis://127.0.0.1:26380", "redis://127.0.0.1:26379"],
+    /// )
+    /// .password("s3cret")
+    /// .build()?;
+    /// assert_eq!(node.addr(), "sentinel/mymaster@127.0.0.1:26379");
+    /// assert!(!format!("{node:?}").contains("s3cret"));
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinel_urls: I) -> super::NodeBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut builder = super::Node::builder(String::new());
+        builder.sentinel = Some(SentinelSource {
+            master: master_name.into(),
+            sentinel_urls: sentinel_urls.into_iter().map(Into::into).collect(),
+            username: None,
+            password: None,
+            database: 0,
+            tls: false,
+        });
+        builder
+    }
+}
+
+/// Settings of a Sentinel node's data nodes ([`Node::sentinel`]).
+///
+/// [`Node::sentinel`]: super::Node::sentinel
+impl super::NodeBuilder {
+    /// The data nodes' ACL user (a Sentinel node; a URL node takes it from
+    /// its URL, and [`NodeBuilder::build`] refuses it here).
+    ///
+    /// [`NodeBuilder::build`]: super::NodeBuilder::build
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_source().username = Some(username.into());
+        self
+    }
+
+    /// The data nodes' password (a Sentinel node only, as
+    /// [`NodeBuilder::username`]). It never appears in errors or logs.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_source().password = Some(password.into());
+        self
+    }
+
+    /// The data nodes' database number (a Sentinel node only; default 0).
+    pub fn database(mut self, database: i64) -> Self {
+        self.sentinel_source().database = database;
+        self
+    }
+
+    /// Whether the data nodes are reached over TLS, with certificate checks
+    /// (a Sentinel node only; needs the `tls` feature).
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.sentinel_source().tls = tls;
+        self
+    }
+
+    /// The Sentinel part, made for a URL node too, so `build` can refuse it.
+    fn sentinel_source(&mut self) -> &mut SentinelSource {
+        self.sentinel.get_or_insert_with(|| SentinelSource {
+            master: String::new(),
+            sentinel_urls: Vec::new(),
+            username: None,
+            password: None,
+            database: 0,
+            tls: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn votes(named: &[(&str, u16, usize)]) -> HashMap<(String, u16), usize> {
+        named
+            .iter()
+            .map(|&(host, port, n)| ((host.to_owned(), port), n))
+            .collect()
+    }
+
+    #[test]
+    fn the_most_named_primary_wins_and_a_tie_keeps_the_known_one() {
+        let known = ("10.0.0.1".to_owned(), 6379);
+        let fresh = ("10.0.0.2".to_owned(), 6379);
+        let split = votes(&[("10.0.0.1", 6379, 1), ("10.0.0.2", 6379, 2)]);
+        assert_eq!(most_named(split, Some(&known)), Some(fresh.clone()));
+        let tie = votes(&[("10.0.0.1", 6379, 1), ("10.0.0.2", 6379, 1)]);
+        assert_eq!(most_named(tie.clone(), Some(&known)), Some(known.clone()));
+        assert_eq!(most_named(tie.clone(), Some(&fresh)), Some(fresh));
+        assert_eq!(most_named(tie, None), Some(known));
+        assert_eq!(most_named(HashMap::new(), None), None);
+    }
+}

@@ -1,0 +1,82 @@
+//! Where a node's connections go: the one server its URL names, or the
+//! primary a Sentinel group names now ([`super::sentinel`]).
+//!
+//! Every connection of a node (pooled, subscription, probe) asks its target
+//! for a client when it is made, and remembers the target's *epoch* then: a
+//! Sentinel target bumps it when its primary changes, and a connection of
+//! an older epoch is unusable from that moment on. A single server's epoch
+//! never changes, and checking it is one match, no atomic.
+
+use std::sync::Arc;
+
+use redis::RedisResult;
+
+/// A resolved client and its epoch.
+type Resolved = RedisResult<(redis::Client, u64)>;
+
+/// A node's connections' destination. Cheap to clone.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server (boxed: a client is large, and every pooled connection
+    /// keeps its target).
+    Server(Arc<redis::Client>),
+    /// The primary of a Sentinel group.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<super::sentinel::SentinelPrimary>),
+}
+
+impl Target {
+    /// The client to connect with now, and its epoch. A Sentinel target asks
+    /// its sentinels first: every new connection re-resolves the primary.
+    pub(crate) async fn resolve(&self) -> Resolved {
+        match self {
+            Target::Server(client) => Ok((redis::Client::clone(client), 0)),
+            #[cfg(feature = "sentinel")]
+            // Boxed as a trait object: the sentinel lookup's future is deep,
+            // and every request's future would otherwise carry its type.
+            Target::Sentinel(primary) => {
+                let resolve: std::pin::Pin<Box<dyn Future<Output = Resolved> + Send + '_>> =
+                    Box::pin(primary.resolve());
+                resolve.await
+            }
+        }
+    }
+
+    /// Whether a connection made at `epoch` still goes to the current
+    /// primary. No I/O.
+    pub(crate) fn is_current(&self, epoch: u64) -> bool {
+        match self {
+            Target::Server(_) => epoch == 0,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(primary) => primary.epoch() == epoch,
+        }
+    }
+
+    /// Follows the target's epoch; `None` for a single server, which keeps
+    /// its epoch.
+    pub(crate) fn switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Target::Server(_) => None,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(primary) => Some(primary.switches()),
+        }
+    }
+
+    /// A connection was lost, or the server answered `READONLY`: the
+    /// primary may have moved, so a Sentinel target asks its sentinels now
+    /// rather than at its next poll.
+    pub(crate) fn maybe_moved(&self) {
+        match self {
+            Target::Server(_) => {}
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(primary) => primary.check_soon(),
+        }
+    }
+
+    /// Whether a new connection must confirm the server is a primary
+    /// (`ROLE`) before it is used: the sentinels may name a server that
+    /// has not switched yet.
+    pub(crate) fn checks_role(&self) -> bool {
+        !matches!(self, Target::Server(_))
+    }
+}
