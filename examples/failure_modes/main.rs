@@ -23,13 +23,23 @@
 //! let go", and `target/failure_modes.svg`, a timeline of who held the
 //! lock when.
 //!
-//! The servers come from the test kit (`AnyServer`, `ReplicatedPair`);
-//! `topology.rs` says which servers each lock type runs on,
-//! `scenarios.rs` plays the faults, `report.rs` draws the table and the
-//! timeline.
+//! Then a second, smaller table, "Sentinel failover", plays the first row
+//! for real: Sentinel groups (a primary, 2 replicas, 3 sentinels) whose
+//! replicas miss A's grant, a primary killed, a replica promoted by the
+//! sentinels' vote. One column locks on one `Node::sentinel`, and shows
+//! the double grant asynchronous replication allows; the other is a
+//! RedLock over three Sentinel groups, the fault on one of them, and keeps
+//! mutual exclusion. Sentinel groups are `redis-server` processes in the
+//! test kit, so this table runs on processes whatever the backend.
+//!
+//! The servers come from the test kit (`AnyServer`, `ReplicatedPair`,
+//! `SentinelGroup`); `topology.rs` says which servers each lock type runs
+//! on, `scenarios.rs` plays the faults, `report.rs` draws the table and the
+//! timeline, `sentinel.rs` plays and prints the Sentinel table.
 
 mod report;
 mod scenarios;
+mod sentinel;
 mod topology;
 
 use std::time::Instant;
@@ -38,6 +48,7 @@ use multilock::testkit::Backend;
 use multilock::testkit::containers::{ImageOrigin, redis_image};
 
 use crate::scenarios::{Scenario, run_cell};
+use crate::sentinel::Column;
 use crate::topology::Kind;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -82,11 +93,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .join("failure_modes.svg");
     std::fs::create_dir_all(path.parent().expect("in target/"))?;
     std::fs::write(&path, report::svg(&results, &servers_short))?;
+    println!("\ntimeline: {}", path.display());
+
     println!(
-        "\ntimeline: {} (total {:.0} s)",
-        path.display(),
+        "\n{} (Sentinel groups of redis-server processes, {:.0} s so far):",
+        sentinel::TITLE,
         started.elapsed().as_secs_f64()
     );
+    let mut sentinel_results = Vec::new();
+    for column in Column::ALL {
+        let cell_started = Instant::now();
+        let cell = sentinel::run(column).await;
+        println!(
+            "      {:<40} {} ({:.1} s)",
+            column.title(),
+            sentinel::cell_text(&cell),
+            cell_started.elapsed().as_secs_f64()
+        );
+        sentinel_results.push((column, cell));
+    }
+    println!();
+    sentinel::print_table(&sentinel_results);
+    println!("\n(total {:.0} s)", started.elapsed().as_secs_f64());
     Ok(())
 }
 

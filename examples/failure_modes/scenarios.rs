@@ -541,7 +541,7 @@ fn acquired(timeline: &Timeline, b_tried: Duration) -> Option<Acquired> {
 
 /// Tries until granted or `wait` is spent; errors (no quorum, replica
 /// sync, node down) count as "not now".
-async fn try_until(lock: &AnyLock, wait: Duration, lease: Option<Duration>) -> Option<Guard> {
+pub async fn try_until(lock: &AnyLock, wait: Duration, lease: Option<Duration>) -> Option<Guard> {
     let started = Instant::now();
     let attempt = || async {
         let left = wait.saturating_sub(started.elapsed());
