@@ -19,7 +19,7 @@
 //! poll, and compare answers, anyway.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -49,7 +49,9 @@ pub(crate) struct SentinelPrimary {
     switched: watch::Sender<u64>,
     /// Wakes the poller before its next tick.
     check_now: Arc<Notify>,
-    poller_started: AtomicBool,
+    /// Alive while the poller runs: a node used from another runtime after
+    /// its first one shut down (and dropped the poller) starts it again.
+    poller: Mutex<Weak<()>>,
 }
 
 #[derive(Clone)]
@@ -112,7 +114,7 @@ impl SentinelPrimary {
             epoch: AtomicU64::new(0),
             switched: watch::channel(0).0,
             check_now: Arc::new(Notify::new()),
-            poller_started: AtomicBool::new(false),
+            poller: Mutex::new(Weak::new()),
         })
     }
 
@@ -289,15 +291,16 @@ impl SentinelPrimary {
         }
     }
 
-    /// Starts the poller once, on the current runtime. It holds the node
-    /// weakly and ends with it.
+    /// Starts the poller on the current runtime unless it runs. It holds
+    /// the node weakly and ends with it.
     fn start_poller(self: &Arc<Self>) {
-        if self.poller_started.swap(true, Ordering::AcqRel) {
+        let mut poller = self.poller.lock().unwrap();
+        if poller.strong_count() > 0 {
             return;
         }
-        let weak = Arc::downgrade(self);
-        let check_now = self.check_now.clone();
-        tokio::spawn(poll(weak, check_now));
+        let alive = Arc::new(());
+        *poller = Arc::downgrade(&alive);
+        tokio::spawn(poll(Arc::downgrade(self), self.check_now.clone(), alive));
     }
 }
 
@@ -322,7 +325,8 @@ fn most_named(
 }
 
 /// Asks the sentinels every [`POLL_INTERVAL`], or sooner when told to.
-async fn poll(primary: Weak<SentinelPrimary>, check_now: Arc<Notify>) {
+/// `_alive` says it runs (see `SentinelPrimary::poller`).
+async fn poll(primary: Weak<SentinelPrimary>, check_now: Arc<Notify>, _alive: Arc<()>) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(POLL_INTERVAL) => {}

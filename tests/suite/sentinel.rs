@@ -16,7 +16,7 @@ use crate::common::*;
 /// agree on the new one: the node polls them every second. Far below the
 /// 10-20 s the demoted primary stays writable, so a node that never
 /// switches fails here instead of being rescued by the demotion.
-const SWITCH: Duration = Duration::from_secs(6);
+pub(crate) const SWITCH: Duration = Duration::from_secs(6);
 
 /// The node's connect and reply timeouts.
 const NODE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -57,7 +57,7 @@ async fn script_calls(url: &str) -> u64 {
 /// Takes and releases `lock` until its key shows on the data node at `url`
 /// while held (a direct query): the node's requests go there now. Panics
 /// after `limit`. Returns how long it took.
-async fn wait_until_lands_on(lock: &Lock, url: &str, limit: Duration) -> Duration {
+pub(crate) async fn wait_until_lands_on(lock: &Lock, url: &str, limit: Duration) -> Duration {
     let started = Instant::now();
     eventually(
         limit,

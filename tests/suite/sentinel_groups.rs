@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::sentinel::sentinel_node;
+use crate::sentinel::{SWITCH, sentinel_node, wait_until_lands_on};
 use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
 use multilock::{Client, Error, Node, Unavailable};
 
@@ -312,4 +312,35 @@ async fn passwords_for_the_sentinels_and_the_data_nodes() {
     for shown in [format!("{err} {err:?}"), format!("{err2} {err2:?}")] {
         assert!(!shown.contains(PASSWORD), "{shown}");
     }
+}
+
+/// A node first used on a runtime that then shut down (taking the node's
+/// poller with it) still follows a failover when used on another: the
+/// poller starts again there.
+#[test]
+fn a_node_used_from_a_second_runtime_still_follows_failovers() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (group, node) = runtime().block_on(async {
+        let group = SentinelGroup::start().await.unwrap();
+        let node = sentinel_node(&group);
+        let lock = long_lease_client()
+            .lock(&node, "sentinel-runtimes")
+            .unwrap();
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        (group, node)
+    });
+    runtime().block_on(async {
+        let lock = long_lease_client()
+            .lock(&node, "sentinel-runtimes")
+            .unwrap();
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        let promoted = group.failover().await.unwrap();
+        let new_primary = group.data_nodes()[promoted].url();
+        wait_until_lands_on(&lock, &new_primary, SWITCH).await;
+    });
 }
