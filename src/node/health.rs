@@ -143,8 +143,17 @@ struct Probe(Weak<HealthState>);
 impl Probe {
     async fn run(self) {
         let mut pause = FIRST_PROBE;
+        // A Sentinel node's new primary is probed at once: the suspicion
+        // was about the former one.
+        let mut switches = match self.0.upgrade() {
+            Some(state) => state.target.switches(),
+            None => return,
+        };
         loop {
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = super::target::next_switch(&mut switches) => {}
+            }
             let Some(state) = self.0.upgrade() else {
                 return;
             };

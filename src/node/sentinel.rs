@@ -2,8 +2,10 @@
 //! as the sentinels say, followed across failovers.
 //!
 //! The sentinels are asked `SENTINEL GET-MASTER-ADDR-BY-NAME` about once a
-//! second, as Redisson does, and at once when a connection to the primary
-//! is lost or it answers `READONLY`, and before every new connection. All
+//! second, as Redisson does; at once, then every 100 ms for a while, when a
+//! sentinel publishes `+switch-master` (each sentinel connection subscribes
+//! to it), a connection to the primary is lost or it answers `READONLY`;
+//! and before every new connection. All
 //! sentinels are asked at once; the primary named by a majority of them
 //! wins as soon as their answers are in (a paused minority costs nothing),
 //! else the one most of those who answered name, the known one on a tie. A
@@ -32,6 +34,12 @@ use tokio::sync::{Notify, watch};
 /// How often the sentinels are asked which server is the primary
 /// (Redisson's `scanInterval`).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often while a failover may be under way: for [`FAST_POLL_FOR`]
+/// after a lost connection, a `READONLY` reply or a sentinel's
+/// `+switch-master` message. The sentinels take a second or more to agree,
+/// and polling once a second would add up to another second on top.
+const FAST_POLL_INTERVAL: Duration = Duration::from_millis(100);
+const FAST_POLL_FOR: Duration = Duration::from_secs(10);
 
 /// The primary of one master name, as its sentinels name it.
 pub(crate) struct SentinelPrimary {
@@ -48,7 +56,7 @@ pub(crate) struct SentinelPrimary {
     epoch: AtomicU64,
     switched: watch::Sender<u64>,
     /// Wakes the poller before its next tick.
-    check_now: Arc<Notify>,
+    nudge: Arc<Nudge>,
     /// Alive while the poller runs: a node used from another runtime after
     /// its first one shut down (and dropped the poller) starts it again.
     poller: Mutex<Weak<()>>,
@@ -113,7 +121,10 @@ impl SentinelPrimary {
             current: Mutex::new(None),
             epoch: AtomicU64::new(0),
             switched: watch::channel(0).0,
-            check_now: Arc::new(Notify::new()),
+            nudge: Arc::new(Nudge {
+                now: Notify::new(),
+                fast_until: Mutex::new(None),
+            }),
             poller: Mutex::new(Weak::new()),
         })
     }
@@ -127,9 +138,10 @@ impl SentinelPrimary {
         self.switched.subscribe()
     }
 
-    /// Asks the sentinels before the next tick.
+    /// Asks the sentinels now, then fast for a while: a failover may be
+    /// under way.
     pub(crate) fn check_soon(&self) {
-        self.check_now.notify_one();
+        self.nudge.check_soon();
     }
 
     /// The primary's client, as the sentinels name it now, and the epoch.
@@ -250,13 +262,20 @@ impl SentinelPrimary {
             let conn = match cached.as_mut() {
                 Some(conn) => conn,
                 None => {
+                    let notice = SwitchNotice(self.nudge.clone());
                     let config = redis::AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(self.response_timeout))
-                        .set_response_timeout(Some(self.response_timeout));
-                    let conn = sentinel
+                        .set_response_timeout(Some(self.response_timeout))
+                        .set_push_sender(notice);
+                    let mut conn = sentinel
                         .client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await?;
+                    // Told of a failover the moment this sentinel switches,
+                    // between polls; without it, polling still finds it.
+                    if let Err(err) = conn.subscribe("+switch-master").await {
+                        tracing::debug!(node = %self.node, sentinel = %sentinel.addr, error = %err, "no +switch-master subscription");
+                    }
                     cached.insert(conn)
                 }
             };
@@ -300,7 +319,7 @@ impl SentinelPrimary {
         }
         let alive = Arc::new(());
         *poller = Arc::downgrade(&alive);
-        tokio::spawn(poll(Arc::downgrade(self), self.check_now.clone(), alive));
+        tokio::spawn(poll(Arc::downgrade(self), self.nudge.clone(), alive));
     }
 }
 
@@ -324,13 +343,13 @@ fn most_named(
     tied.into_iter().next()
 }
 
-/// Asks the sentinels every [`POLL_INTERVAL`], or sooner when told to.
-/// `_alive` says it runs (see `SentinelPrimary::poller`).
-async fn poll(primary: Weak<SentinelPrimary>, check_now: Arc<Notify>, _alive: Arc<()>) {
+/// Asks the sentinels every [`POLL_INTERVAL`], faster or at once when told
+/// to. `_alive` says it runs (see `SentinelPrimary::poller`).
+async fn poll(primary: Weak<SentinelPrimary>, nudge: Arc<Nudge>, _alive: Arc<()>) {
     loop {
         tokio::select! {
-            () = tokio::time::sleep(POLL_INTERVAL) => {}
-            () = check_now.notified() => {}
+            () = tokio::time::sleep(nudge.interval()) => {}
+            () = nudge.now.notified() => {}
         }
         let Some(primary) = primary.upgrade() else {
             return;
@@ -341,6 +360,42 @@ async fn poll(primary: Weak<SentinelPrimary>, check_now: Arc<Notify>, _alive: Ar
                 tracing::debug!(node = %primary.node, error = %err, "no sentinel named the primary")
             }
         }
+    }
+}
+
+/// What wakes the poller, and how often it polls.
+struct Nudge {
+    now: Notify,
+    /// Until when it polls fast (see [`FAST_POLL_INTERVAL`]).
+    fast_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Nudge {
+    fn check_soon(&self) {
+        *self.fast_until.lock().unwrap() = Some(tokio::time::Instant::now() + FAST_POLL_FOR);
+        self.now.notify_one();
+    }
+
+    /// The pause before the poller's next question.
+    fn interval(&self) -> Duration {
+        let fast_until = *self.fast_until.lock().unwrap();
+        match fast_until.is_some_and(|until| tokio::time::Instant::now() < until) {
+            true => FAST_POLL_INTERVAL,
+            false => POLL_INTERVAL,
+        }
+    }
+}
+
+/// Hears a sentinel's `+switch-master` (the only channel its connection
+/// subscribes): the poller asks at once, then fast.
+struct SwitchNotice(Arc<Nudge>);
+
+impl redis::aio::AsyncPushSender for SwitchNotice {
+    fn send(&self, info: redis::PushInfo) -> Result<(), redis::aio::SendError> {
+        if info.kind == redis::PushKind::Message {
+            self.0.check_soon();
+        }
+        Ok(())
     }
 }
 
@@ -435,8 +490,9 @@ impl super::Node {
     /// `sentinel/<master_name>@<lowest sentinel host:port>` in errors and
     /// logs (so groups that share a master name are told apart).
     ///
-    /// The sentinels are asked about once a second, on a lost connection,
-    /// on a `READONLY` reply and before every new connection; a majority's
+    /// The sentinels are asked about once a second; at once, then every
+    /// 100 ms for 10 s, on a sentinel's `+switch-master`, a lost connection
+    /// or a `READONLY` reply; and before every new connection. A majority's
     /// answer wins. Once a new primary is known, no request goes to the old
     /// one, and waiters re-subscribe there and re-check. What asynchronous
     /// replication can still lose is in the README's "Deployments": a

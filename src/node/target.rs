@@ -80,3 +80,15 @@ impl Target {
         !matches!(self, Target::Server(_))
     }
 }
+
+/// Resolves at the next change of `switches` (see [`Target::switches`]);
+/// never when there is none to follow.
+pub(crate) async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match switches {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
+    }
+}

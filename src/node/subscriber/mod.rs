@@ -294,18 +294,6 @@ impl Shared {
     }
 }
 
-/// Resolves at the target's next switch of primary; never for a node whose
-/// target cannot switch.
-async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    let changed = match switches {
-        Some(rx) => rx.changed().await.is_ok(),
-        None => false,
-    };
-    if !changed {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// Routes pushes of the subscription connection. Runs inside the connection's
 /// driver, so it only takes a short std lock and never blocks.
 struct PushRouter(Weak<Shared>);
@@ -360,7 +348,7 @@ impl Actor {
                         Some(msg) => self.collect(msg, &mut pending),
                         None => return,
                     },
-                    () = next_switch(&mut switches) => {
+                    () = crate::node::target::next_switch(&mut switches) => {
                         let Some(shared) = self.shared.upgrade() else {
                             return;
                         };

@@ -1,0 +1,398 @@
+//! Time from a primary's death to the first successful acquire through a
+//! Sentinel node, against the failover time of Redis itself.
+//!
+//! ```text
+//! cargo run --release --example failover_time               # 5 rounds of each
+//! cargo run --release --example failover_time -- --rounds 10
+//! ```
+//!
+//! Each round starts a fresh `SentinelGroup` (a primary, 2 replicas, 3
+//! sentinels with `down-after-milliseconds 1000`, `failover-timeout 5000`;
+//! `redis-server` processes on loopback), builds a `Node::sentinel` and takes
+//! and releases one lock, so the node has its connections. Then, from one
+//! instant, two loops run side by side:
+//!
+//! - Redis: every 10 ms, `SENTINEL GET-MASTER-ADDR-BY-NAME` on each
+//!   sentinel, until a majority names a new server and it answers `ROLE`
+//!   as a master;
+//! - ours: `try_lock` with a fresh name (500 ms per attempt, 10 ms between
+//!   failed ones) until one is granted on the new primary. Attempts that
+//!   fail, or are granted by the old primary, are counted by kind.
+//!
+//! Round r of N strikes (r - 1) / N s into the node's 1 s poll of the
+//! sentinels. Two faults: the primary SIGKILLed, and a planned
+//! `SENTINEL FAILOVER`, where the old primary stays up and writable for
+//! 10-20 s. There an acquire granted by the old primary (its key is there)
+//! does not count, and once one was granted by the new primary a burst of
+//! lock/unlock cycles (3 s, 100 cycles) checks that the old primary runs
+//! none of our scripts any more (`INFO commandstats`, eval*/fcall calls,
+//! before and after).
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::time::{Duration, Instant};
+
+use multilock::redis::{self, aio::MultiplexedConnection};
+use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
+use multilock::{Client, Node};
+
+type Res<T> = Result<T, Box<dyn Error>>;
+
+const SENTINEL_POLL: Duration = Duration::from_millis(10);
+/// How long one probe of the sentinels, or one `ROLE`, may take.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(500);
+const RETRY_PAUSE: Duration = Duration::from_millis(10);
+/// A fixed lease: no watchdog renewals add script calls to the count.
+const LEASE: Duration = Duration::from_secs(30);
+/// Either loop gives up after this long: the round reports "never".
+const GIVE_UP: Duration = Duration::from_secs(30);
+const BURST_CYCLES: usize = 100;
+/// Spreads the burst over 3 s: three of the node's 1 s polls of the sentinels.
+const BURST_PAUSE: Duration = Duration::from_millis(30);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    KillPrimary,
+    PlannedFailover,
+}
+
+/// What one round measured, in ms from the kill (or the `SENTINEL FAILOVER`).
+#[derive(Default)]
+struct Round {
+    redis: Option<i64>,
+    /// Any granted acquire: on a planned failover, usually the old primary's.
+    first_any: Option<i64>,
+    first_new: Option<i64>,
+    /// When the old primary (still up: a planned failover) granted ours.
+    old_grants: Vec<i64>,
+    attempts: usize,
+    errors: BTreeMap<String, usize>,
+    /// Planned failover: scripts the old primary ran during the burst, and
+    /// whether it was still a primary at its end.
+    burst: Option<(u64, bool)>,
+}
+
+impl Round {
+    fn overhead(&self) -> Option<i64> {
+        Some(self.first_new? - self.redis?)
+    }
+
+    /// Our acquires the old primary granted after the sentinels had switched.
+    fn old_grants_after_switch(&self) -> Option<usize> {
+        let switched = self.redis?;
+        Some(self.old_grants.iter().filter(|&&at| at > switched).count())
+    }
+}
+
+/// One figure of a round, for the summary.
+type Figure = fn(&Round) -> Option<i64>;
+
+#[tokio::main]
+async fn main() -> Res<()> {
+    let mut rounds = 5;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--rounds" => rounds = args.next().ok_or("--rounds takes a number")?.parse()?,
+            other => return Err(format!("unknown argument {other}; try --rounds N").into()),
+        }
+    }
+    for fault in [Fault::KillPrimary, Fault::PlannedFailover] {
+        print_header(fault);
+        let mut done = Vec::new();
+        for round in 1..=rounds {
+            done.push(run_round(fault, round, rounds).await?);
+            print_row(fault, round, &done[round - 1]);
+        }
+        print_summary(fault, &done);
+    }
+    Ok(())
+}
+
+async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<Round> {
+    let mut group = SentinelGroup::start().await?;
+    let node = Node::sentinel(group.master_name(), group.sentinel_urls()).build()?;
+    let client = Client::new();
+    let warm_up = client.lock(&node, "failover:warm-up")?;
+    let guard = warm_up.try_lock_for(Duration::ZERO, Some(LEASE)).await?;
+    guard.ok_or("warm-up not granted")?.unlock().await?;
+
+    let mut sentinels = Vec::new();
+    for url in group.sentinel_urls() {
+        sentinels.push(connect(&url).await?);
+    }
+    let old = group.primary().await?;
+    let old_url = group.data_nodes()[old].url();
+    let old_port: u16 = old_url.rsplit(':').next().ok_or("a port")?.parse()?;
+    let mut old_conn = connect(&old_url).await?;
+
+    // The node polls the sentinels every second from its first request:
+    // round r of N strikes (r - 1) / N s later into that second.
+    tokio::time::sleep(Duration::from_secs(1) * (round as u32 - 1) / rounds as u32).await;
+    let first_try = Instant::now();
+    let mut started = first_try;
+    match fault {
+        Fault::KillPrimary => group.kill(GroupMember::Data(old)).await?,
+        // A sentinel may refuse for a moment after the start (INPROG,
+        // NOGOODSLAVE): the clock starts at the request it accepts.
+        Fault::PlannedFailover => loop {
+            started = Instant::now();
+            let mut ask = redis::cmd("SENTINEL");
+            ask.arg("FAILOVER").arg(group.master_name());
+            match ask.query_async::<()>(&mut sentinels[0].clone()).await {
+                Ok(()) => break,
+                Err(_) if first_try.elapsed() < GIVE_UP => tokio::time::sleep(RETRY_PAUSE).await,
+                Err(err) => return Err(err.into()),
+            }
+        },
+    }
+    // The old primary is only asked where an acquire landed while it lives.
+    let old_alive = (fault == Fault::PlannedFailover).then_some(&mut old_conn);
+    let (redis_failover, mut measured) = tokio::join!(
+        redis_failover_time(&sentinels, old_port, started),
+        acquire_on_new_primary(&client, &node, old_alive, started, round),
+    );
+    measured.redis = redis_failover;
+    if fault == Fault::PlannedFailover && measured.first_new.is_some() {
+        measured.burst = Some(burst(&client, &node, &old_conn, &mut measured.errors).await?);
+    }
+    Ok(measured)
+}
+
+/// Redis's own failover time: until a majority of the sentinels name a
+/// server other than the old primary, and it answers `ROLE` as a master.
+async fn redis_failover_time(
+    sentinels: &[MultiplexedConnection],
+    old_port: u16,
+    started: Instant,
+) -> Option<i64> {
+    let majority = sentinels.len() / 2 + 1;
+    while started.elapsed() < GIVE_UP {
+        let asks = sentinels.iter().map(|conn| async move {
+            let mut conn = conn.clone();
+            let mut ask = redis::cmd("SENTINEL");
+            ask.arg("GET-MASTER-ADDR-BY-NAME").arg("mymaster");
+            let answer = tokio::time::timeout(PROBE_TIMEOUT, ask.query_async(&mut conn)).await;
+            answer.ok().and_then(Result::ok).flatten()
+        });
+        let mut votes: BTreeMap<(String, u16), usize> = BTreeMap::new();
+        for named in futures::future::join_all(asks).await.into_iter().flatten() {
+            *votes.entry(named).or_default() += 1;
+        }
+        let agreed = votes
+            .into_iter()
+            .find(|(addr, n)| *n >= majority && addr.1 != old_port);
+        if let Some(((host, port), _)) = agreed
+            && answers_as_master(&format!("redis://{host}:{port}")).await
+        {
+            return Some(started.elapsed().as_millis() as i64);
+        }
+        tokio::time::sleep(SENTINEL_POLL).await;
+    }
+    None
+}
+
+async fn answers_as_master(url: &str) -> bool {
+    let ask = async {
+        let mut conn = connect(url).await.ok()?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut conn).await.ok()?;
+        Some(matches!(role.first(), Some(redis::Value::BulkString(s)) if s == b"master"))
+    };
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, ask).await,
+        Ok(Some(true))
+    )
+}
+
+/// Our loop: try-acquire a fresh name until the new primary grants one. With
+/// `old_primary` (it still runs), a grant whose key is on it does not count.
+async fn acquire_on_new_primary(
+    client: &Client,
+    node: &Node,
+    mut old_primary: Option<&mut MultiplexedConnection>,
+    started: Instant,
+    round: usize,
+) -> Round {
+    let mut measured = Round::default();
+    while started.elapsed() < GIVE_UP {
+        measured.attempts += 1;
+        let name = format!("failover:{round}:{}", measured.attempts);
+        let lock = client.lock(node, name.as_str()).expect("a valid name");
+        let attempt = lock.try_lock_for(Duration::ZERO, Some(LEASE));
+        let kind = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
+            Err(_) => "attempt timed out".to_owned(),
+            Ok(Err(err)) => kind_of(&err),
+            Ok(Ok(None)) => "not granted: held".to_owned(),
+            Ok(Ok(Some(guard))) => {
+                let at = started.elapsed().as_millis() as i64;
+                measured.first_any.get_or_insert(at);
+                let mut exists = redis::cmd("EXISTS");
+                let on_old = match old_primary.as_deref_mut() {
+                    Some(conn) => exists.arg(&name).query_async(conn).await.unwrap_or(0) == 1,
+                    None => false,
+                };
+                if let Err(err) = guard.unlock().await {
+                    count(&mut measured.errors, format!("unlock: {}", kind_of(&err)));
+                }
+                if !on_old {
+                    measured.first_new = Some(at);
+                    return measured;
+                }
+                measured.old_grants.push(at);
+                "granted by the old primary".to_owned()
+            }
+        };
+        count(&mut measured.errors, kind);
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    measured
+}
+
+/// Lock/unlock cycles after the switch; returns how many scripts the old
+/// primary ran meanwhile (0 when none of ours went there) and whether it was
+/// still a primary at the end (else the check is over a shorter window).
+async fn burst(
+    client: &Client,
+    node: &Node,
+    old_primary: &MultiplexedConnection,
+    errors: &mut BTreeMap<String, usize>,
+) -> Res<(u64, bool)> {
+    let before = script_calls(old_primary).await?;
+    let lock = client.lock(node, "failover:burst")?;
+    for _ in 0..BURST_CYCLES {
+        match lock.try_lock_for(Duration::ZERO, Some(LEASE)).await {
+            Ok(Some(guard)) => {
+                if let Err(err) = guard.unlock().await {
+                    count(errors, format!("burst unlock: {}", kind_of(&err)));
+                }
+            }
+            Ok(None) => count(errors, "burst: not granted".to_owned()),
+            Err(err) => count(errors, format!("burst: {}", kind_of(&err))),
+        }
+        tokio::time::sleep(BURST_PAUSE).await;
+    }
+    let after = script_calls(old_primary).await?;
+    let mut info = redis::cmd("INFO");
+    let info: String = info
+        .arg("replication")
+        .query_async(&mut old_primary.clone())
+        .await?;
+    Ok((after - before, info.contains("role:master")))
+}
+
+/// Calls of eval, evalsha, their `_ro` forms and fcall, rejected and failed
+/// ones included (a demoted primary rejects writes: still sent there).
+async fn script_calls(conn: &MultiplexedConnection) -> Res<u64> {
+    let mut info = redis::cmd("INFO");
+    let info: String = info
+        .arg("commandstats")
+        .query_async(&mut conn.clone())
+        .await?;
+    let lines = info.lines().map(str::trim);
+    let scripts = lines.filter(|l| l.starts_with("cmdstat_eval") || l.starts_with("cmdstat_fcall"));
+    let fields = scripts
+        .flat_map(|l| l.split([':', ',']))
+        .filter_map(|f| f.split_once('='));
+    let calls = fields.filter(|(k, _)| matches!(*k, "calls" | "rejected_calls" | "failed_calls"));
+    Ok(calls.map(|(_, n)| n.parse::<u64>()).sum::<Result<_, _>>()?)
+}
+
+async fn connect(url: &str) -> Res<MultiplexedConnection> {
+    let client = redis::Client::open(url)?;
+    let conn = tokio::time::timeout(PROBE_TIMEOUT, client.get_multiplexed_async_connection());
+    Ok(conn.await.map_err(|_| format!("{url}: timed out"))??)
+}
+
+fn kind_of(err: &multilock::Error) -> String {
+    match err {
+        multilock::Error::NodeUnavailable { reason, .. } => format!("{reason:?}"),
+        multilock::Error::Redis { source, .. } => format!("{:?}", source.code()),
+        multilock::Error::NotHeld { .. } => "NotHeld".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn count(errors: &mut BTreeMap<String, usize>, kind: String) {
+    *errors.entry(kind).or_default() += 1;
+}
+
+fn cell(ms: Option<i64>) -> String {
+    ms.map_or("never".to_owned(), |ms| ms.to_string())
+}
+
+fn errors_text(errors: &BTreeMap<String, usize>) -> String {
+    let kinds: Vec<String> = errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    Some(kinds.join(", "))
+        .filter(|t| !t.is_empty())
+        .unwrap_or("none".to_owned())
+}
+
+fn print_header(fault: Fault) {
+    if fault == Fault::KillPrimary {
+        println!("\nPrimary SIGKILLed; times in ms from the kill\n");
+        print!("| round | Redis failover | our first acquire | overhead | attempts ");
+        println!("| not counted |\n|---|---:|---:|---:|---:|---|");
+    } else {
+        println!("\nSENTINEL FAILOVER; times in ms from the request\n");
+        print!("| round | Redis failover | first acquire (any) | first on the new primary ");
+        print!("| overhead | attempts | granted by the old primary after Redis switched ");
+        println!("| scripts run by the old primary in the burst | not counted |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    }
+}
+
+fn print_row(fault: Fault, round: usize, r: &Round) {
+    let (redis_ms, ours, attempts) = (cell(r.redis), cell(r.first_new), r.attempts);
+    let over = r.overhead().map_or("—".to_owned(), |o| o.to_string());
+    let errors = errors_text(&r.errors);
+    if fault == Fault::KillPrimary {
+        println!("| {round} | {redis_ms} | {ours} | {over} | {attempts} | {errors} |");
+        return;
+    }
+    let burst = match r.burst {
+        Some((n, true)) => n.to_string(),
+        Some((n, false)) => format!("{n} (demoted by its end)"),
+        None => "not run".to_owned(),
+    };
+    let late = r
+        .old_grants_after_switch()
+        .map_or("—".to_owned(), |n| n.to_string());
+    let any = cell(r.first_any);
+    print!("| {round} | {redis_ms} | {any} | {ours} | {over} | {attempts} | {late} ");
+    println!("| {burst} | {errors} |");
+}
+
+fn print_summary(fault: Fault, rounds: &[Round]) {
+    let title = match fault {
+        Fault::KillPrimary => "primary SIGKILLed",
+        Fault::PlannedFailover => "SENTINEL FAILOVER",
+    };
+    println!("\nSummary, {title} ({} rounds), ms\n", rounds.len());
+    println!("| | median | min | max | never |\n|---|---:|---:|---:|---:|");
+    let figures: [(&str, Figure); 3] = [
+        ("Redis failover", |r| r.redis),
+        ("our first acquire on the new primary", |r| r.first_new),
+        ("our overhead", Round::overhead),
+    ];
+    for (what, figure) in figures {
+        let mut known: Vec<i64> = rounds.iter().filter_map(figure).collect();
+        let never = rounds.len() - known.len();
+        known.sort_unstable();
+        let median = match known.len() {
+            0 => "—".to_owned(),
+            n if n % 2 == 1 => known[n / 2].to_string(),
+            n => format!("{}", (known[n / 2 - 1] + known[n / 2]) as f64 / 2.0),
+        };
+        let (min, max) = (cell(known.first().copied()), cell(known.last().copied()));
+        println!("| {what} | {median} | {min} | {max} | {never} |");
+    }
+    let mut errors = BTreeMap::new();
+    for (kind, n) in rounds.iter().flat_map(|r| &r.errors) {
+        *errors.entry(kind.clone()).or_insert(0) += n;
+    }
+    println!(
+        "\nAttempts not counted, all rounds: {}",
+        errors_text(&errors)
+    );
+}
