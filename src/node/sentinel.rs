@@ -485,8 +485,8 @@ impl super::Node {
     /// (behind the `sentinel` feature). The sentinels' own passwords and
     /// TLS come from their URLs (`redis://:pw@host:26379`,
     /// `rediss://...`); the data nodes' from
-    /// [`NodeBuilder::username`], [`NodeBuilder::password`],
-    /// [`NodeBuilder::database`] and [`NodeBuilder::tls`]. The node is named
+    /// [`NodeBuilder::username`](super::NodeBuilder::username), [`NodeBuilder::password`](super::NodeBuilder::password),
+    /// [`NodeBuilder::database`](super::NodeBuilder::database) and [`NodeBuilder::tls`](super::NodeBuilder::tls). The node is named
     /// `sentinel/<master_name>@<lowest sentinel host:port>` in errors and
     /// logs (so groups that share a master name are told apart).
     ///
@@ -545,7 +545,7 @@ impl super::NodeBuilder {
     }
 
     /// The data nodes' password (a Sentinel node only, as
-    /// [`NodeBuilder::username`]). It never appears in errors or logs.
+    /// [`NodeBuilder::username`](super::NodeBuilder::username)). It never appears in errors or logs.
     pub fn password(mut self, password: impl Into<String>) -> Self {
         self.sentinel_source().password = Some(password.into());
         self
