@@ -19,6 +19,7 @@
 //! | `multilock_renewals_total` | counter | node | renewal calls (one renews up to 500 holds) |
 //! | `multilock_lost_holds_total` | counter | node | holds found gone (a renewal, or a later grant, proved them over) |
 //! | `multilock_node_health_changes_total` | counter | node, state | a node became `suspect`, or `healthy` again |
+//! | `multilock_primary_switches_total` | counter | node | a Sentinel node's sentinels named a new primary (the first one counts) |
 //! | `multilock_held` | gauge | kind, node | holds this process has now |
 //!
 //! (node): single-node locks only; a multi-node acquire has no one node.
@@ -109,6 +110,12 @@ mod recorded {
         )
         .increment(1);
     }
+
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn primary_switched(node: &str) {
+        metrics::counter!("multilock_primary_switches_total", "node" => node.to_owned())
+            .increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -123,6 +130,9 @@ mod recorded {
     pub(crate) fn renewal(_: &str) {}
     pub(crate) fn lost_hold(_: &str) {}
     pub(crate) fn health_changed(_: &str, _: bool) {}
+
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn primary_switched(_: &str) {}
 }
 
 pub(crate) use recorded::*;

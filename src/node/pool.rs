@@ -209,6 +209,15 @@ impl managed::Manager for ConnectionFactory {
                 "the server the sentinels name is not a primary (yet)",
             )));
         }
+        if !self.target.is_current(epoch) {
+            // The primary moved while this connection was made: it is
+            // unusable, and its `run_id` must not count as the server's
+            // (a switch back and forth would look like two restarts).
+            return Err(RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "the primary moved while connecting",
+            )));
+        }
         // Observed once the server is known to be the one to use: a
         // Sentinel node's new primary has its own `run_id`, and fencing
         // treats the switch as it treats a restart (the replica may miss the

@@ -210,6 +210,7 @@ impl SentinelPrimary {
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         drop(current);
         self.switched.send_replace(epoch);
+        crate::metrics::primary_switched(&self.node);
         (client, epoch)
     }
 

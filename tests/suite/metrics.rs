@@ -51,6 +51,11 @@ fn recorded_for(node: &str) -> HashMap<String, DebugValue> {
         .collect()
 }
 
+/// Held by each test here: a snapshot drains every counter and gauge of
+/// the process's one recorder, so two tests taking snapshots at once would
+/// take each other's counts.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn counter(recorded: &HashMap<String, DebugValue>, metric: &str) -> u64 {
     match recorded.get(metric) {
         Some(DebugValue::Counter(n)) => *n,
@@ -61,6 +66,7 @@ fn counter(recorded: &HashMap<String, DebugValue>, metric: &str) -> u64 {
 
 #[tokio::test]
 async fn a_scripted_sequence_is_recorded() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     snapshotter();
     let mut server = server().await;
     let node = node(&server);
@@ -180,4 +186,27 @@ async fn a_scripted_sequence_is_recorded() {
         Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 1, "{samples:?}"),
         other => panic!("wait time: {other:?}"),
     }
+}
+
+/// A Sentinel node counts its switches of primary: the first one it
+/// learns, then the one a `SENTINEL FAILOVER` promotes (each snapshot
+/// counts what came since the last).
+#[cfg(feature = "sentinel")]
+#[tokio::test]
+async fn a_sentinel_node_counts_its_switches_of_primary() {
+    use crate::sentinel::{SWITCH, sentinel_node, wait_until_lands_on};
+    let _alone = ONE_AT_A_TIME.lock().await;
+    snapshotter();
+    let group = multilock::testkit::SentinelGroup::start().await.unwrap();
+    let node = sentinel_node(&group);
+    let lock = long_lease_client().lock(&node, "metrics-switch").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let switches = |recorded: &HashMap<String, DebugValue>| {
+        counter(recorded, "multilock_primary_switches_total{}")
+    };
+    assert_eq!(switches(&recorded_for(node.addr())), 1);
+    let promoted = group.failover().await.unwrap();
+    let new_primary = group.data_nodes()[promoted].url();
+    wait_until_lands_on(&lock, &new_primary, SWITCH).await;
+    assert_eq!(switches(&recorded_for(node.addr())), 1);
 }
