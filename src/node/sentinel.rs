@@ -5,13 +5,13 @@
 //! second, as Redisson does; at once, then every 100 ms for a while, when a
 //! sentinel publishes `+switch-master` (each sentinel connection subscribes
 //! to it), a connection to the primary is lost or it answers `READONLY`;
-//! and before every new connection. All
-//! sentinels are asked at once; the primary named by a majority of them
-//! wins as soon as their answers are in (a paused minority costs nothing),
-//! else the one most of those who answered name, the known one on a tie. A
-//! new primary bumps the node's epoch: every connection of the old one is
-//! unusable from then on, so no lock is written there once the switch is
-//! known, and the subscription moves (its waiters re-check).
+//! and before every new connection. All sentinels are asked at once; the
+//! primary named by a majority of them wins as soon as their answers are in
+//! (a paused minority costs nothing), else the one most of those who
+//! answered name, the known one on a tie. A new primary bumps the node's
+//! epoch: every connection of the old one is unusable from then on, so no
+//! lock is written there once the switch is known, and the subscription
+//! moves (its waiters re-check).
 //!
 //! Why not redis-rs's `Sentinel`: it takes the first sentinel, in the
 //! configured order, whose named master answers `ROLE` as a master. For
@@ -134,6 +134,7 @@ impl SentinelPrimary {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Follows [`SentinelPrimary::epoch`].
     pub(crate) fn switches(&self) -> watch::Receiver<u64> {
         self.switched.subscribe()
     }
