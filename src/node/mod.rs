@@ -195,7 +195,10 @@ impl NodeBuilder {
     /// [`Error::InvalidArgument`] for a URL that does not parse, a scheme
     /// other than `redis://` / `rediss://` (the latter needs the `tls`
     /// feature), a zero pool size or number of shared connections, or a zero
-    /// timeout or keepalive.
+    /// timeout or keepalive; for a Sentinel node also an empty master name,
+    /// no sentinel URL, or TLS to the data nodes without the `tls` feature;
+    /// and the data-node settings (`username`, `password`, `database`,
+    /// `tls`) on a URL node.
     pub fn build(self) -> Result<Node> {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
