@@ -15,7 +15,7 @@ const LEASE: Duration = Duration::from_secs(4);
 /// Watchdog timeout of the partition scenario's holder.
 const WATCHDOG: Duration = Duration::from_millis(1500);
 /// How long B holds the lock once it has it (so it shows on the timeline).
-const B_HOLDS: Duration = Duration::from_millis(300);
+pub const B_HOLDS: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {

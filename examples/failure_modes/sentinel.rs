@@ -22,20 +22,16 @@ use multilock::redis;
 use multilock::testkit::{SentinelGroup, TestServer};
 use multilock::{Client, Guard, Node};
 
-use crate::scenarios::try_until;
-use crate::topology::{AnyLock, client};
+use crate::scenarios::{B_HOLDS, try_until};
+use crate::topology::{AnyLock, NAME, client, timed};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
-/// Per-request timeouts of every node, as in the main table.
-const NODE_TIMEOUT: Duration = Duration::from_millis(300);
-const NAME: &str = "resource";
 /// A's lease: longer than the failover and B's first tries together, so
 /// that A still holds the lock, by its own lease, while B tries.
 const A_LEASE: Duration = Duration::from_secs(30);
-/// B's lease, and how long B holds the lock once it has it.
+/// B's lease (how long B then holds it is the main table's `B_HOLDS`).
 const B_LEASE: Duration = Duration::from_secs(4);
-const B_HOLDS: Duration = Duration::from_millis(300);
 /// How long B tries while A holds, then after A let go.
 const B_WHILE_HELD: Duration = Duration::from_millis(1500);
 const B_AFTER: Duration = Duration::from_secs(3);
@@ -186,12 +182,7 @@ async fn play(column: Column) -> Result<Outcome> {
 fn lock_on(client: &Client, column: Column, groups: &[SentinelGroup]) -> Result<AnyLock> {
     let nodes = groups
         .iter()
-        .map(|g| {
-            Node::sentinel(g.master_name(), g.sentinel_urls())
-                .connect_timeout(NODE_TIMEOUT)
-                .response_timeout(NODE_TIMEOUT)
-                .build()
-        })
+        .map(|g| timed(Node::sentinel(g.master_name(), g.sentinel_urls())))
         .collect::<multilock::Result<Vec<Node>>>()?;
     Ok(match column {
         Column::Group => AnyLock::Single(client.lock(&nodes[0], NAME)?),

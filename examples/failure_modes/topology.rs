@@ -4,11 +4,12 @@ use std::io;
 use std::time::Duration;
 
 use multilock::testkit::{AnyServer, Backend, ReplicatedPair, Side, TestServer};
-use multilock::{Client, Guard, Lock, MultiLock, Node, RedLock};
+use multilock::{Client, Guard, Lock, MultiLock, Node, NodeBuilder, RedLock};
 
 /// Per-request timeouts of every node.
 const NODE_TIMEOUT: Duration = Duration::from_millis(300);
-const NAME: &str = "resource";
+/// The lock's name, in every table.
+pub const NAME: &str = "resource";
 
 /// The lock types compared, one column each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,11 +159,15 @@ impl Topology {
 }
 
 fn node(url: String) -> Node {
-    Node::builder(url)
+    timed(Node::builder(url)).expect("valid URL")
+}
+
+/// Builds a node with the per-request timeouts every table uses.
+pub fn timed(builder: NodeBuilder) -> multilock::Result<Node> {
+    builder
         .connect_timeout(NODE_TIMEOUT)
         .response_timeout(NODE_TIMEOUT)
         .build()
-        .expect("valid URL")
 }
 
 pub fn client(watchdog: Duration) -> Client {

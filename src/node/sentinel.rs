@@ -402,7 +402,7 @@ impl redis::aio::AsyncPushSender for SwitchNotice {
 }
 
 /// A Sentinel node's part of a `NodeBuilder`.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct SentinelSource {
     master: String,
     sentinel_urls: Vec<String>,
@@ -524,10 +524,7 @@ impl super::Node {
         builder.sentinel = Some(SentinelSource {
             master: master_name.into(),
             sentinel_urls: sentinel_urls.into_iter().map(Into::into).collect(),
-            username: None,
-            password: None,
-            database: 0,
-            tls: false,
+            ..SentinelSource::default()
         });
         builder
     }
@@ -568,14 +565,7 @@ impl super::NodeBuilder {
 
     /// The Sentinel part, made for a URL node too, so `build` can refuse it.
     fn sentinel_source(&mut self) -> &mut SentinelSource {
-        self.sentinel.get_or_insert_with(|| SentinelSource {
-            master: String::new(),
-            sentinel_urls: Vec::new(),
-            username: None,
-            password: None,
-            database: 0,
-            tls: false,
-        })
+        self.sentinel.get_or_insert_with(SentinelSource::default)
     }
 }
 
