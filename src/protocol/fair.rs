@@ -103,13 +103,16 @@ redis.call('zrem', deadlines, field)
 }
 
 /// Publishes the unlock message to the head of the queue, if there is one.
-/// Expects the locals `queue` and `prefix` (the lock's shared channel).
+/// Expects the locals `queue` and `prefix` (the lock's shared channel),
+/// ARGV[3] the unlock message and the publish command (`publish` or
+/// `spublish`, see [`Publish`](super::Publish)) as the last ARGV: every
+/// script that includes this takes it last.
 macro_rules! wake_head_lua {
     () => {
         r#"
 local head = redis.call('lindex', queue, 0)
 if head then
-    redis.call('publish', prefix .. ':' .. head, ARGV[3])
+    redis.call(ARGV[#ARGV], prefix .. ':' .. head, ARGV[3])
 end
 "#
     };
@@ -202,7 +205,8 @@ pub(crate) fn acquire(
 
 /// KEYS[1] lock, KEYS[2] the lock's shared channel, KEYS[3] queue, KEYS[4]
 /// deadlines. ARGV[1] field, ARGV[2] the caller's wait (ms), ARGV[3]
-/// unlock message, ARGV[4] now (epoch ms).
+/// unlock message, ARGV[4] now (epoch ms), ARGV[5] (the last) the publish
+/// command.
 ///
 /// Redisson's acquire-failed step: the waiter leaves the queue and the
 /// waiters behind it move up by its wait. When it was the head and the lock
@@ -247,7 +251,8 @@ pub(crate) fn give_up(
         .arg(field)
         .arg(millis(wait))
         .arg(UNLOCK_MESSAGE)
-        .arg(now_ms);
+        .arg(now_ms)
+        .arg(keys.publish.command());
     Call::script(invocation, |reply| {
         Ok(<i64 as redis::FromRedisValue>::from_redis_value(reply)? == 1)
     })
@@ -256,7 +261,8 @@ pub(crate) fn give_up(
 /// KEYS[1] lock, KEYS[2] the lock's shared channel, KEYS[3] the hold's
 /// latch, KEYS[4] queue, KEYS[5] deadlines, KEYS[6..] latches of earlier
 /// releases to delete. ARGV[1] field, ARGV[2] latch TTL (ms), ARGV[3]
-/// unlock message, ARGV[4] now (epoch ms).
+/// unlock message, ARGV[4] now (epoch ms), ARGV[5] (the last) the publish
+/// command.
 ///
 /// The reentrant release (see its script), except that the message goes to
 /// the head of the queue only, and that a release that finds the key gone
@@ -327,14 +333,16 @@ pub(crate) fn release(
         .arg(field)
         .arg(UNLOCK_LATCH_TTL_MS)
         .arg(UNLOCK_MESSAGE)
-        .arg(now_ms);
+        .arg(now_ms)
+        .arg(keys.publish.command());
     Call::script(invocation, super::holds::decode_released)
 }
 
 /// KEYS[1] lock, KEYS[2] the lock's shared channel, KEYS[3] the request's
 /// hold latch, KEYS[4] queue, KEYS[5] deadlines. ARGV[1] field, ARGV[2]
 /// tombstone TTL (ms), ARGV[3] unlock message, ARGV[4] known holds,
-/// ARGV[5] the request's wait (ms), ARGV[6] now (epoch ms).
+/// ARGV[5] the request's wait (ms), ARGV[6] now (epoch ms), ARGV[7] (the
+/// last) the publish command.
 ///
 /// The reentrant rollback (see its script), and the request's queue entry,
 /// if it made one, goes as a waiter that gives up; a deleted key wakes the
@@ -398,12 +406,14 @@ pub(crate) fn rollback(
         .arg(UNLOCK_MESSAGE)
         .arg(known_holds)
         .arg(millis(wait))
-        .arg(now_ms);
+        .arg(now_ms)
+        .arg(keys.publish.command());
     Call::script(invocation, super::holds::decode_released)
 }
 
 /// KEYS[1] lock, KEYS[2] the lock's shared channel, KEYS[3] queue, KEYS[4]
-/// deadlines. ARGV[1] now (epoch ms), ARGV[3] unlock message.
+/// deadlines. ARGV[1] now (epoch ms), ARGV[2] unused, ARGV[3] unlock
+/// message, ARGV[4] (the last) the publish command.
 ///
 /// Deletes the lock whoever holds it and wakes the head of the queue. A key
 /// that is not a hash is refused (WRONGTYPE). Reply: 1 when it existed.
@@ -438,7 +448,8 @@ pub(crate) fn force_unlock(keys: &LockKeys, queue: &QueueKeys, now_ms: u64) -> C
         .key(&queue.deadlines)
         .arg(now_ms)
         .arg("")
-        .arg(UNLOCK_MESSAGE);
+        .arg(UNLOCK_MESSAGE)
+        .arg(keys.publish.command());
     Call::script(invocation, |reply: Value| {
         Ok(<i64 as redis::FromRedisValue>::from_redis_value(reply)? == 1)
     })

@@ -217,7 +217,8 @@ pub(super) use latched_release_lua;
 
 /// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4..]
 /// latches of earlier releases to delete. ARGV[1] field, ARGV[2] latch TTL
-/// (ms), ARGV[3] unlock message.
+/// (ms), ARGV[3] unlock message, ARGV[4] (the last) the publish command
+/// (`publish` or `spublish`, see [`Publish`](super::Publish)).
 ///
 /// Idempotent: the result is kept in the hold's latch (Redisson's unlock
 /// latch), so a retried release returns the first result. Every send reads
@@ -257,7 +258,7 @@ if latched or not count or tonumber(count) > 1 then
     return 0
 end
 redis.call('del', KEYS[1], unpack(KEYS, 4))
-redis.call('publish', KEYS[2], ARGV[3])
+redis.call(ARGV[#ARGV], KEYS[2], ARGV[3])
 redis.call('set', KEYS[3], 1, 'px', ARGV[2])
 return 1
 "#
@@ -289,13 +290,15 @@ pub(crate) fn release(
     invocation
         .arg(field)
         .arg(UNLOCK_LATCH_TTL_MS)
-        .arg(UNLOCK_MESSAGE);
+        .arg(UNLOCK_MESSAGE)
+        .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
 
 /// KEYS[1] lock key, KEYS[2] channel, KEYS[3] the request's hold latch.
 /// ARGV[1] field, ARGV[2] tombstone TTL (ms), ARGV[3] unlock message,
-/// ARGV[4] the holds of the field this client knows of on this node.
+/// ARGV[4] the holds of the field this client knows of on this node,
+/// ARGV[5] (the last) the publish command.
 ///
 /// Undoes an acquire whose reply nobody received, only if that very request
 /// was applied, so a request that never ran cannot lower another hold of
@@ -330,7 +333,7 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[3])
+redis.call(ARGV[#ARGV], KEYS[2], ARGV[3])
 return 1
 "#;
 
@@ -352,7 +355,8 @@ pub(crate) fn rollback(
         .arg(field)
         .arg(millis(tombstone_ttl).max(1))
         .arg(UNLOCK_MESSAGE)
-        .arg(known_holds);
+        .arg(known_holds)
+        .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
 
@@ -484,7 +488,8 @@ pub(crate) fn extend(keys: &LockKeys, field: &str, lease: Duration) -> Call<Opti
 // ---------------------------------------------------------------------------
 // Force unlock
 
-/// KEYS[1] lock key, KEYS[2] channel. ARGV[1] unlock message.
+/// KEYS[1] lock key, KEYS[2] channel. ARGV[1] unlock message, ARGV[2] (the
+/// last) the publish command.
 /// A key that is not a hash is not a lock: refused (WRONGTYPE), not deleted.
 /// Reply: 1 when the key existed (and `0` was published), else 0.
 pub(super) static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_UNLOCK_LUA));
@@ -497,7 +502,7 @@ if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[#ARGV], KEYS[2], ARGV[1])
 return 1
 "#;
 
@@ -505,6 +510,9 @@ return 1
 /// existed.
 pub(crate) fn force_unlock(keys: &LockKeys) -> Call<bool> {
     let mut invocation = FORCE_UNLOCK.key(&*keys.name);
-    invocation.key(&keys.channel).arg(UNLOCK_MESSAGE);
+    invocation
+        .key(&keys.channel)
+        .arg(UNLOCK_MESSAGE)
+        .arg(keys.publish.command());
     Call::script(invocation, |reply| Ok(i64::from_redis_value(reply)? == 1))
 }

@@ -103,7 +103,10 @@ end
 /// timeout key goes; when others remain the hash lives as long as their
 /// longest timeout key, else it goes and `0` is published. Expects the
 /// locals `field`, `count`, `tagged`, `prefix` (this field's timeout keys)
-/// and `spent_from` (the first spent latch in KEYS); sets `freed`.
+/// and `spent_from` (the first spent latch in KEYS), and the publish
+/// command (`publish` or `spublish`, see [`Publish`](super::Publish)) as
+/// the last ARGV: every script that includes this takes it last; sets
+/// `freed`.
 ///
 /// The holds of one field are numbered, not named, so which one goes is
 /// not known: the key that expires first goes (its number then takes the
@@ -160,7 +163,7 @@ else
 end
 if freed then
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], '0')
+    redis.call(ARGV[#ARGV], KEYS[2], '0')
 end
 "#
         )
@@ -289,7 +292,7 @@ pub(crate) fn write_acquire(
 /// KEYS[1] lock, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4] the
 /// field's read timeout prefix, KEYS[5..] latches of earlier releases to
 /// delete. ARGV[1] reader field, ARGV[2] latch TTL (ms), ARGV[3] the name
-/// as keys are prefixed (`{name}`).
+/// as keys are prefixed (`{name}`), ARGV[4] (the last) the publish command.
 ///
 /// Releases one read hold (see the drop fragment). Idempotent through the
 /// latch, as the reentrant release. Reply: the latched result; nil when the
@@ -340,13 +343,14 @@ pub(crate) fn read_release(
     invocation
         .arg(field)
         .arg(UNLOCK_LATCH_TTL_MS)
-        .arg(tagged(keys));
+        .arg(tagged(keys))
+        .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
 
 /// KEYS[1] lock, KEYS[2] channel, KEYS[3] the hold's latch, KEYS[4..]
 /// latches of earlier releases to delete. ARGV[1] writer field, ARGV[2]
-/// latch TTL (ms).
+/// latch TTL (ms), ARGV[3] (the last) the publish command.
 ///
 /// Releases one write hold. The last one frees the lock and publishes `1`,
 /// or, when the writer still holds reads, downgrades it to `read` without a
@@ -378,7 +382,7 @@ if redis.call('hlen', KEYS[1]) > 1 then
     redis.call('hset', KEYS[1], 'mode', 'read')
 else
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], '1')
+    redis.call(ARGV[#ARGV], KEYS[2], '1')
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[2])
 return result
@@ -398,14 +402,18 @@ pub(crate) fn write_release(
     for spent in spent {
         invocation.key(spent);
     }
-    invocation.arg(field).arg(UNLOCK_LATCH_TTL_MS);
+    invocation
+        .arg(field)
+        .arg(UNLOCK_LATCH_TTL_MS)
+        .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
 
 /// KEYS[1] lock, KEYS[2] channel, KEYS[3] the request's hold latch,
 /// KEYS[4] the field's read timeout prefix. ARGV[1] reader field, ARGV[2]
 /// tombstone TTL (ms), ARGV[3] the name as keys are prefixed, ARGV[4] the
-/// read holds of the field this client knows of on this node.
+/// read holds of the field this client knows of on this node, ARGV[5] (the
+/// last) the publish command.
 ///
 /// The reentrant rollback's rule (see its script), for a read hold: undone
 /// as a read release would.
@@ -439,7 +447,8 @@ return 0
 
 /// KEYS[1] lock, KEYS[2] channel, KEYS[3] the request's hold latch.
 /// ARGV[1] writer field, ARGV[2] tombstone TTL (ms), ARGV[3] unused,
-/// ARGV[4] the write holds of the field this client knows of on this node.
+/// ARGV[4] the write holds of the field this client knows of on this node,
+/// ARGV[5] (the last) the publish command.
 ///
 /// The reentrant rollback's rule, for a write hold: the last one undone
 /// frees the lock (publishing `1`), or downgrades it to the writer's reads.
@@ -467,7 +476,7 @@ if redis.call('hlen', KEYS[1]) > 1 then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], '1')
+redis.call(ARGV[#ARGV], KEYS[2], '1')
 return 1
 "#;
 
@@ -498,12 +507,14 @@ pub(crate) fn rollback(
     invocation
         .arg(millis(tombstone_ttl).max(1))
         .arg(tagged(keys))
-        .arg(known_holds);
+        .arg(known_holds)
+        .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
 
 /// KEYS[1] lock, KEYS[2] channel. ARGV[1] the mode it acts in (`read` or
-/// `write`), ARGV[2] the message to publish.
+/// `write`), ARGV[2] the message to publish, ARGV[3] (the last) the publish
+/// command.
 ///
 /// Deletes the lock only while it is in that mode (Redisson's force unlock
 /// of a read lock or a write lock). A key that is not a hash is refused
@@ -521,7 +532,7 @@ if redis.call('hget', KEYS[1], 'mode') ~= ARGV[1] then
     return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[2])
+redis.call(ARGV[#ARGV], KEYS[2], ARGV[2])
 return 1
 "#;
 
@@ -534,7 +545,11 @@ pub(crate) fn force_unlock(keys: &LockKeys, write: bool) -> Call<bool> {
         ("read", READ_UNLOCK_MESSAGE)
     };
     let mut invocation = FORCE_UNLOCK.key(&*keys.name);
-    invocation.key(&keys.channel).arg(mode).arg(message);
+    invocation
+        .key(&keys.channel)
+        .arg(mode)
+        .arg(message)
+        .arg(keys.publish.command());
     Call::script(invocation, |reply: Value| {
         Ok(<i64 as redis::FromRedisValue>::from_redis_value(reply)? == 1)
     })
