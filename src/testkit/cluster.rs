@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::command::{Role, ask, free_port, info_field, poll_ready, role, url_of};
+use super::command::{Role, ask, command, free_port, info_field, poll_ready, role, url_of};
 use super::replicated::PRIMARY_FLAGS;
 use super::{RedisProcess, TestServer};
 
@@ -15,6 +15,17 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 
 /// The slots of the three primaries, split as `redis-cli --cluster create` does.
 const SHARDS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+/// How many hash slots a cluster has.
+const SLOTS: u16 = 16384;
+
+/// How many keys one `MIGRATE` of a slot migration moves, as `redis-cli
+/// --cluster reshard` does by default.
+const MIGRATE_BATCH: &str = "100";
+
+/// The `MIGRATE` timeout, in milliseconds: how long the source may wait on
+/// the target.
+const MIGRATE_TIMEOUT_MS: &str = "5000";
 
 /// The hash slot of `key` as Redis computes it: CRC16 (XMODEM) of the key,
 /// or of its hash tag (what lies between the first `{` and the next `}`,
@@ -39,7 +50,7 @@ pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
         }
         crc
     });
-    crc % 16384
+    crc % SLOTS
 }
 
 /// One node of a [`RedisCluster`]: a [`RedisProcess`] and its cluster node id.
@@ -205,8 +216,7 @@ impl RedisCluster {
     /// Cancel safe: read only.
     pub async fn primary_for_slot(&self, slot: u16) -> io::Result<usize> {
         let shards = self.agreed_slots().await?;
-        let shard = shards.iter().find(|s| (s.first..=s.last).contains(&slot));
-        let primary = shard.and_then(|s| self.index_of(s.primary));
+        let primary = owner_of(&shards, slot).and_then(|port| self.index_of(port));
         primary.ok_or_else(|| io::Error::other(format!("no node serves slot {slot}")))
     }
 
@@ -331,6 +341,98 @@ impl RedisCluster {
         Ok(())
     }
 
+    /// Moves hash slot `slot` from the primary serving it to node `to`, the
+    /// standard way: [`RedisCluster::begin_slot_migration`], then
+    /// `SlotMigration::finish` (every key moved with `MIGRATE`, then
+    /// `CLUSTER SETSLOT <slot> NODE` on every primary). Returns once the
+    /// running nodes all report the slot at `to` in `CLUSTER SLOTS`.
+    ///
+    /// Fails ([`io::ErrorKind::InvalidInput`]) when `slot` is not below
+    /// 16384, node `to` is not a primary, or it serves the slot already;
+    /// fails when a step fails, or the nodes do not agree within 30 s.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
+    /// use multilock::testkit::key_slot;
+    ///
+    /// let slot = key_slot("lock");
+    /// let to = (cluster.primary_for_slot(slot).await? + 1) % 3;
+    /// cluster.migrate_slot(slot, to).await?;
+    /// assert_eq!(cluster.primary_for_slot(slot).await?, to);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the slot migrating, its keys split
+    /// between both nodes (`CLUSTER SETSLOT <slot> STABLE` on both undoes
+    /// the states, not the moves), or reassigned on some primaries only
+    /// (gossip then spreads the target's claim).
+    pub async fn migrate_slot(&self, slot: u16, to: usize) -> io::Result<()> {
+        self.begin_slot_migration(slot, to)
+            .await?
+            .finish(self)
+            .await
+    }
+
+    /// Starts moving hash slot `slot` from the primary serving it to node
+    /// `to`, and holds it there: `CLUSTER SETSLOT <slot> IMPORTING
+    /// <source-id>` on the target, then `CLUSTER SETSLOT <slot> MIGRATING
+    /// <target-id>` on the source. No key moves yet: move them with
+    /// `SlotMigration::move_keys`, end with `SlotMigration::finish`.
+    ///
+    /// While the slot migrates, the source still serves the keys it holds;
+    /// for a key it does not hold (moved, or new) it answers `-ASK <slot>
+    /// 127.0.0.1:<target-port>`, and the target serves that key only to a
+    /// connection that sent `ASKING` just before (otherwise it answers
+    /// `MOVED` back to the source). A command on several keys of the slot,
+    /// some there and some not (moved, or never written: a lock's Pub/Sub
+    /// channel name passed as a key, say), gets `-TRYAGAIN` from the
+    /// source, and from the target after `ASKING`, until the migration
+    /// ends; with none of its keys on the source, `-ASK`.
+    ///
+    /// Fails ([`io::ErrorKind::InvalidInput`]) when `slot` is not below
+    /// 16384, node `to` is not a primary, or it serves the slot already;
+    /// fails when the nodes do not agree on `CLUSTER SLOTS` within 30 s,
+    /// or a node refuses its `SETSLOT`.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
+    /// use multilock::testkit::key_slot;
+    ///
+    /// let slot = key_slot("{user1000}");
+    /// let to = (cluster.primary_for_slot(slot).await? + 1) % 3;
+    /// let migration = cluster.begin_slot_migration(slot, to).await?;
+    /// let moved = migration.move_keys(cluster).await?;
+    /// // Here the source answers ASK for every key of the slot.
+    /// migration.finish(cluster).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the slot importing on the target, and
+    /// migrating on the source, without a handle: `CLUSTER SETSLOT <slot>
+    /// STABLE` on both undoes that.
+    pub async fn begin_slot_migration(&self, slot: u16, to: usize) -> io::Result<SlotMigration> {
+        let target = &self.nodes[to];
+        let invalid = |message| Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+        if slot >= SLOTS {
+            return invalid(format!("no hash slot {slot}: there are {SLOTS}"));
+        }
+        if role(&target.url()).await?.0 != Role::Primary {
+            return invalid(format!("slot {slot}: {} is not a primary", target.url()));
+        }
+        let from = self.primary_for_slot(slot).await?;
+        if from == to {
+            return invalid(format!("slot {slot}: {} serves it already", target.url()));
+        }
+        let (source, slot_arg) = (&self.nodes[from], slot.to_string());
+        let importing = ["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source.id];
+        ask::<()>(&target.url(), &importing).await?;
+        let migrating = ["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target.id];
+        ask::<()>(&source.url(), &migrating).await?;
+        Ok(SlotMigration { slot, from, to })
+    }
+
     async fn health(&self) -> io::Result<Vec<Shard>> {
         let shards = self.agreement().await?;
         let up = |port| self.index_of(port).is_some_and(|i| self.nodes[i].is_up());
@@ -395,6 +497,117 @@ impl RedisCluster {
     }
 }
 
+/// A hash slot held mid-migration between two primaries of a
+/// [`RedisCluster`], from [`RedisCluster::begin_slot_migration`]: the slot
+/// is importing on the target and migrating on the source, so the source
+/// answers `ASK` for every key of the slot it no longer holds.
+///
+/// Dropping it leaves the slot migrating; [`SlotMigration::finish`] ends
+/// the migration.
+///
+/// ```no_run
+/// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
+/// let migration = cluster.begin_slot_migration(42, 1).await?;
+/// println!("slot {} from node {} to node {}", migration.slot(), migration.from(), migration.to());
+/// migration.move_keys(cluster).await?;
+/// migration.finish(cluster).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "the slot stays migrating until `finish`"]
+pub struct SlotMigration {
+    slot: u16,
+    from: usize,
+    to: usize,
+}
+
+impl SlotMigration {
+    /// The hash slot.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The index of the source, the primary that served the slot.
+    pub fn from(&self) -> usize {
+        self.from
+    }
+
+    /// The index of the target, the primary the slot moves to.
+    pub fn to(&self) -> usize {
+        self.to
+    }
+
+    /// Moves every key the source holds in the slot to the target
+    /// (`CLUSTER GETKEYSINSLOT <slot> 100` on the source, then `MIGRATE
+    /// 127.0.0.1 <target-port> "" 0 5000 KEYS <keys>`, until it holds
+    /// none), and returns how many it moved (a key that expired before its
+    /// `MIGRATE` counts). `cluster` is the cluster that began the
+    /// migration. Fails when a node does not answer within 5 s or refuses
+    /// a `MIGRATE` (for one, when the target holds one of the keys
+    /// already: `BUSYKEY`).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves some of the keys moved; each key is on
+    /// one node or the other.
+    pub async fn move_keys(&self, cluster: &RedisCluster) -> io::Result<usize> {
+        let (source, target) = (cluster.nodes[self.from].url(), &cluster.nodes[self.to]);
+        let slot = self.slot.to_string();
+        let mut moved = 0;
+        loop {
+            let batch = ["CLUSTER", "GETKEYSINSLOT", &slot, MIGRATE_BATCH];
+            let keys: Vec<Vec<u8>> = ask(&source, &batch).await?;
+            if keys.is_empty() {
+                return Ok(moved);
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate.arg("127.0.0.1").arg(target.port()).arg("").arg(0);
+            migrate.arg(MIGRATE_TIMEOUT_MS).arg("KEYS").arg(&keys);
+            command::<()>(&source, &migrate).await?;
+            moved += keys.len();
+        }
+    }
+
+    /// Ends the migration: moves the keys left ([`SlotMigration::move_keys`]),
+    /// assigns the slot to the target with `CLUSTER SETSLOT <slot> NODE
+    /// <target-id>` on the target, the source, then every other running
+    /// primary, and waits until the running nodes all report the slot at
+    /// the target in `CLUSTER SLOTS`. `cluster` is the cluster that began
+    /// the migration. Fails when a step fails, or the nodes do not agree
+    /// within 30 s.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the slot migrating, or reassigned on
+    /// some primaries only (gossip then spreads the target's claim, which
+    /// has the newer config epoch).
+    pub async fn finish(self, cluster: &RedisCluster) -> io::Result<()> {
+        self.move_keys(cluster).await?;
+        let (slot, target) = (self.slot.to_string(), &cluster.nodes[self.to]);
+        let assign = ["CLUSTER", "SETSLOT", &slot, "NODE", &target.id];
+        // The target first: it takes the slot with a config epoch of its
+        // own, so gossip cannot hand the slot back to the source.
+        ask::<()>(&target.url(), &assign).await?;
+        ask::<()>(&cluster.nodes[self.from].url(), &assign).await?;
+        let others = cluster.nodes.iter().enumerate();
+        let others = others.filter(|&(i, node)| i != self.from && i != self.to && node.is_up());
+        for (_, node) in others {
+            // Replicas refuse SETSLOT; they learn the owner from gossip.
+            if role(&node.url()).await?.0 == Role::Primary {
+                ask::<()>(&node.url(), &assign).await?;
+            }
+        }
+        let port = target.port();
+        let what = format!("slot {slot} did not move to {}", target.url());
+        poll_ready(READY_LIMIT, &what, || async {
+            let owner = owner_of(&cluster.agreement().await?, self.slot);
+            match owner {
+                Some(owner) if owner == port => Ok(()),
+                owner => Err(io::Error::other(format!("the nodes agree on {owner:?}"))),
+            }
+        })
+        .await
+    }
+}
+
 /// A node's arguments. The cluster bus gets a free port of its own, as the
 /// default (port + 10000) may be past 65535; should another program take it
 /// first, the node exits and [`RedisProcess::start_with_args`] tries again.
@@ -429,6 +642,12 @@ impl Shard {
     fn lists(&self, port: u16) -> bool {
         self.primary == port || self.replicas.contains(&port)
     }
+}
+
+/// The port of the primary serving `slot` in `shards`.
+fn owner_of(shards: &[Shard], slot: u16) -> Option<u16> {
+    let shard = shards.iter().find(|s| (s.first..=s.last).contains(&slot));
+    shard.map(|s| s.primary)
 }
 
 fn parse_slots(reply: Vec<Vec<Value>>) -> io::Result<Vec<Shard>> {
@@ -512,6 +731,182 @@ mod tests {
         // A short freeze of a replica changes nothing.
         cluster.pause(5).await.unwrap();
         cluster.unpause(5).await.unwrap();
+        cluster.wait_until_healthy().await.unwrap();
+    }
+
+    /// A plain connection to `url`, which follows no redirection.
+    async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(url).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// GET `key` on `conn`: its value, or the error reply.
+    async fn get(
+        conn: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+    ) -> redis::RedisResult<String> {
+        redis::cmd("GET").arg(key).query_async(conn).await
+    }
+
+    /// The code and address of a redirection (`ASK`, `MOVED`) of `slot`.
+    fn redirection(error: &redis::RedisError, slot: u16) -> (Option<&str>, Option<&str>) {
+        let node = error.redirect_node();
+        assert_eq!(node.map(|(_, s)| s), Some(slot), "{error}");
+        (error.code(), node.map(|(address, _)| address))
+    }
+
+    /// The value the migration tests write to `key`.
+    fn value_of(key: &str) -> String {
+        format!("value of {key}")
+    }
+
+    /// A slot held mid-migration: moved keys get ASK from the source and
+    /// are served by the target after ASKING; once finished, every node puts
+    /// the slot on the target, and the source answers MOVED.
+    #[tokio::test]
+    async fn a_slot_mid_migration_answers_ask_then_moves_to_the_target() {
+        let cluster = RedisCluster::start().await.unwrap();
+        let keys = ["{migrating}.a", "{migrating}.b", "{migrating}.c"];
+        let slot = key_slot(keys[0]);
+        assert!(keys.iter().all(|key| key_slot(key) == slot));
+        let from = cluster.primary_for_slot(slot).await.unwrap();
+        let to = (from + 1) % 3;
+        let (source, target) = (&cluster.nodes()[from], &cluster.nodes()[to]);
+        for key in keys {
+            ask::<()>(&source.url(), &["SET", key, &value_of(key)])
+                .await
+                .unwrap();
+        }
+
+        let started = Instant::now();
+        let migration = cluster.begin_slot_migration(slot, to).await.unwrap();
+        assert_eq!(
+            (migration.slot(), migration.from(), migration.to()),
+            (slot, from, to)
+        );
+        let mut on_source = raw(&source.url()).await;
+        // Nothing moved yet: the source serves its keys.
+        assert_eq!(
+            get(&mut on_source, keys[0]).await.unwrap(),
+            value_of(keys[0])
+        );
+        // A command on held and absent keys of the slot (a lock and its
+        // Pub/Sub channel name, say) waits the migration out.
+        let absent = "{migrating}.absent";
+        let mut mget = redis::cmd("MGET");
+        mget.arg(keys[0]).arg(absent);
+        let error = mget.query_async::<()>(&mut on_source).await.unwrap_err();
+        assert_eq!(error.code(), Some("TRYAGAIN"), "{error}");
+        assert_eq!(migration.move_keys(&cluster).await.unwrap(), 3);
+        assert_eq!(migration.move_keys(&cluster).await.unwrap(), 0);
+        let target_at = format!("127.0.0.1:{}", target.port());
+        let source_at = format!("127.0.0.1:{}", source.port());
+        let (ask, moved) = (Some("ASK"), Some("MOVED"));
+        let (to_target, to_source) = (Some(target_at.as_str()), Some(source_at.as_str()));
+        for key in keys {
+            let error = get(&mut on_source, key).await.unwrap_err();
+            assert_eq!(redirection(&error, slot), (ask, to_target));
+        }
+        // The target serves a moved key only after ASKING.
+        let mut on_target = raw(&target.url()).await;
+        let error = get(&mut on_target, keys[0]).await.unwrap_err();
+        assert_eq!(redirection(&error, slot), (moved, to_source));
+        let mut asking = redis::pipe();
+        asking.cmd("ASKING").ignore().cmd("GET").arg(keys[1]);
+        let (value,): (String,) = asking.query_async(&mut on_target).await.unwrap();
+        assert_eq!(value, value_of(keys[1]));
+        let mut asking = redis::pipe();
+        asking
+            .cmd("ASKING")
+            .ignore()
+            .cmd("MGET")
+            .arg(keys[0])
+            .arg(absent);
+        let error = asking.query_async::<()>(&mut on_target).await.unwrap_err();
+        assert_eq!(error.code(), Some("TRYAGAIN"), "{error}");
+
+        migration.finish(&cluster).await.unwrap();
+        tracing::info!("slot {slot} migrated in {:?}", started.elapsed());
+        for (url, shards) in cluster.views().await.unwrap() {
+            assert_eq!(owner_of(&shards, slot), Some(target.port()), "{url}");
+        }
+        assert_eq!(cluster.primary_for_slot(slot).await.unwrap(), to);
+        for key in keys {
+            assert_eq!(get(&mut on_target, key).await.unwrap(), value_of(key));
+            let error = get(&mut on_source, key).await.unwrap_err();
+            assert_eq!(redirection(&error, slot), (moved, to_target));
+        }
+        // The neighbouring slots stay where they were.
+        let neighbours = [slot.checked_sub(1), Some(slot + 1).filter(|&s| s < SLOTS)];
+        for neighbour in neighbours.into_iter().flatten() {
+            let shard = SHARDS
+                .iter()
+                .position(|&(first, last)| (first..=last).contains(&neighbour));
+            let owner = cluster.primary_for_slot(neighbour).await.unwrap();
+            assert_eq!(Some(owner), shard, "slot {neighbour}");
+        }
+        cluster.wait_until_healthy().await.unwrap();
+    }
+
+    /// `migrate_slot` moves a slot with its keys there and back, and
+    /// refuses a replica, the current owner and a slot past 16383.
+    #[tokio::test]
+    async fn migrate_slot_moves_a_slot_there_and_back() {
+        let cluster = RedisCluster::start().await.unwrap();
+        let key = "{migrate}.key";
+        let slot = key_slot(key);
+        let from = cluster.primary_for_slot(slot).await.unwrap();
+        let to = (from + 2) % 3;
+        let invalid = |result: io::Result<()>| result.unwrap_err().kind();
+        let to_replica = cluster.migrate_slot(slot, from + 3).await;
+        assert_eq!(invalid(to_replica), io::ErrorKind::InvalidInput);
+        let to_owner = cluster.migrate_slot(slot, from).await;
+        assert_eq!(invalid(to_owner), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            invalid(cluster.migrate_slot(SLOTS, to).await),
+            io::ErrorKind::InvalidInput
+        );
+
+        ask::<()>(&cluster.nodes()[from].url(), &["SET", key, &value_of(key)])
+            .await
+            .unwrap();
+        let started = Instant::now();
+        cluster.migrate_slot(slot, to).await.unwrap();
+        tracing::info!("slot {slot} migrated in {:?}", started.elapsed());
+        assert_eq!(cluster.primary_for_key(key).await.unwrap(), to);
+        let value: String = ask(&cluster.nodes()[to].url(), &["GET", key])
+            .await
+            .unwrap();
+        assert_eq!(value, value_of(key));
+        // The target's replica has the key too.
+        let replica = cluster.replica_of(to).await.unwrap();
+        let url = cluster.nodes()[replica].url();
+        poll_ready(READY_LIMIT, "the replica did not get the key", || async {
+            let mut conn = raw(&url).await;
+            let mut readonly = redis::pipe();
+            readonly.cmd("READONLY").ignore().cmd("GET").arg(key);
+            let (value,): (Option<String>,) = readonly
+                .query_async(&mut conn)
+                .await
+                .map_err(io::Error::other)?;
+            value.ok_or_else(|| io::Error::other("no key yet"))
+        })
+        .await
+        .unwrap();
+
+        // An empty slot moves too.
+        let empty = (slot + 1) % SLOTS;
+        let empty_from = cluster.primary_for_slot(empty).await.unwrap();
+        cluster
+            .migrate_slot(empty, (empty_from + 1) % 3)
+            .await
+            .unwrap();
+        cluster.migrate_slot(slot, from).await.unwrap();
+        assert_eq!(cluster.primary_for_key(key).await.unwrap(), from);
+        let value: String = ask(&cluster.nodes()[from].url(), &["GET", key])
+            .await
+            .unwrap();
+        assert_eq!(value, value_of(key));
         cluster.wait_until_healthy().await.unwrap();
     }
 

@@ -53,7 +53,7 @@ mod sentinel;
 use std::io;
 
 pub use any::{AnyServer, BACKEND_ENV, Backend};
-pub use cluster::{ClusterNode, RedisCluster, key_slot};
+pub use cluster::{ClusterNode, RedisCluster, SlotMigration, key_slot};
 pub use command::Role;
 pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
