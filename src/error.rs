@@ -93,6 +93,11 @@ pub enum Unavailable {
     /// name, or the server they name is not a primary (a failover under
     /// way). Nothing was sent.
     NoPrimary,
+    /// A node that is a Redis Cluster: no node gave the slot map, or no
+    /// primary served the lock's slot within the response timeout
+    /// (`CLUSTERDOWN`, `TRYAGAIN`, or redirects that did not settle during
+    /// a failover or slot migration). Nothing was applied.
+    NoShard,
 }
 
 /// A multi-node operation that fell short of its quorum.
@@ -152,6 +157,8 @@ impl Error {
             None
         } else if err.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
             Some(Unavailable::NoPrimary)
+        } else if is_cluster_unsettled(&err) {
+            Some(Unavailable::NoShard)
         } else if err.is_timeout() {
             Some(Unavailable::Timeout)
         } else if err.is_connection_refusal() {
@@ -229,6 +236,9 @@ impl fmt::Display for Error {
                         "suspect (a recent request timed out or was refused); not sent"
                     }
                     Unavailable::NoPrimary => "the sentinels name no primary that answers as one",
+                    Unavailable::NoShard => {
+                        "no primary of the cluster serves the lock's slot now; not applied"
+                    }
                 };
                 write!(f, "node {node} unavailable: {why}")
             }
@@ -319,4 +329,19 @@ impl From<QuorumError> for Error {
     fn from(e: QuorumError) -> Self {
         Error::NoQuorum(e)
     }
+}
+
+/// A Redis Cluster's answer that the request did not run because the slot
+/// had no settled primary: a redirect, `TRYAGAIN` or `CLUSTERDOWN`.
+fn is_cluster_unsettled(err: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+        )
+    )
 }

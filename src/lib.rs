@@ -32,6 +32,8 @@ pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
 pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;
+#[cfg(feature = "cluster")]
+pub use node::ShardedPubSub;
 pub use node::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT,
     Health, Node, NodeBuilder,

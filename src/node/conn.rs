@@ -19,6 +19,9 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 
 use super::{Node, pool};
+#[cfg(feature = "cluster")]
+#[path = "redirect.rs"]
+mod redirect;
 use crate::error::{Error, Result, Unavailable};
 use crate::protocol::{Call, Request};
 
@@ -26,41 +29,97 @@ impl Node {
     /// Runs one protocol call about the lock of `lane` on a shared
     /// connection: one round trip (a script goes by EVALSHA and is loaded on
     /// the first NOSCRIPT). Fails at once, with nothing sent, while the node
-    /// is suspect.
+    /// (a Cluster node: the lock's shard) is suspect.
     pub(crate) async fn run<R>(&self, lane: Lane, call: &Call<R>) -> Result<R> {
         self.checkout(lane).await?.run(call).await
     }
 
     /// As [`Node::run`], even while the node is suspect: for the watchdog's
-    /// renewals, one request per node and tick, whose outcome says whether
-    /// the holds there can still be proven.
-    pub(crate) async fn run_despite_suspicion<R>(&self, call: &Call<R>) -> Result<R> {
-        self.checkout_shared(None).await?.run(call).await
+    /// renewals, one request per node (a Cluster node: per slot) and tick,
+    /// whose outcome says whether the holds there can still be proven.
+    pub(crate) async fn run_despite_suspicion<R>(&self, lane: Lane, call: &Call<R>) -> Result<R> {
+        let mut conn = match self.cluster_map() {
+            None => self.checkout_shared(None).await?,
+            Some(_) => Box::pin(self.checkout_in_cluster(lane, Kind::DespiteSuspicion)).await?,
+        };
+        conn.run(call).await
     }
 
     /// A connection for one request about the lock of `lane`, shared with
     /// concurrent requests (pipelined): a clone of the node's shared
     /// connection for that lane, taken without I/O, lock wait or await. The
     /// pool is asked only when that one is missing or unusable (the first
-    /// requests, or it broke).
+    /// requests, or it broke). A Cluster node gives its lock's shard's.
     pub(crate) async fn checkout(&self, lane: Lane) -> Result<Conn> {
+        if self.cluster_map().is_some() {
+            return Box::pin(self.checkout_in_cluster(lane, Kind::Shared)).await;
+        }
         self.refuse_if_suspect().await?;
         self.checkout_shared(Some(lane)).await
     }
 
     /// A shared connection about no lock in particular (each in turn),
     /// refused while the node is suspect. A broken one is replaced on the
-    /// way, and the new connection reports the server's `run_id`.
-    pub(crate) async fn checkout_any(&self) -> Result<Conn> {
+    /// way, and the new connection reports the server's `run_id`. A Cluster
+    /// node asks for its slot map, and checks out one of each shard's.
+    pub(crate) async fn checkout_any(&self) -> Result<()> {
+        #[cfg(feature = "cluster")]
+        if let Some(map) = self.cluster_map() {
+            map.refresh().await?;
+            for shard in map.shard_nodes() {
+                Box::pin(shard.checkout_any()).await?;
+            }
+            return Ok(());
+        }
         self.refuse_if_suspect().await?;
-        self.checkout_shared(None).await
+        self.checkout_shared(None).await.map(drop)
     }
 
     /// A connection nobody else is given until this one is dropped: for a
-    /// request that blocks its connection (`WAIT`).
-    pub(crate) async fn checkout_exclusive(&self) -> Result<Conn> {
+    /// request that blocks its connection (`WAIT`), about the lock of
+    /// `lane` (a Cluster node's is to that lock's shard, so the `WAIT`
+    /// follows the grant on the connection that sent it).
+    pub(crate) async fn checkout_exclusive(&self, lane: Lane) -> Result<Conn> {
+        if self.cluster_map().is_some() {
+            return Box::pin(self.checkout_in_cluster(lane, Kind::Exclusive)).await;
+        }
         self.refuse_if_suspect().await?;
         // Boxed, as in `checkout_shared`.
+        Box::pin(self.exclusive_from_pool()).await
+    }
+
+    /// A connection of the shard serving `lane`'s slot, which follows that
+    /// lock's redirects.
+    async fn checkout_in_cluster(&self, lane: Lane, kind: Kind) -> Result<Conn> {
+        let shard = self.shard_of(lane).await?;
+        let mut conn = match kind {
+            Kind::Shared => shard.checkout(lane).await?,
+            Kind::Exclusive => shard.checkout_exclusive(lane).await?,
+            Kind::DespiteSuspicion => shard.checkout_shared(Some(lane)).await?,
+        };
+        conn.route = Some((lane, kind));
+        Ok(conn)
+    }
+
+    /// The node serving `lane`'s lock: a Cluster node's shard.
+    #[cfg(feature = "cluster")]
+    async fn shard_of(&self, lane: Lane) -> Result<Node> {
+        match self.cluster_map() {
+            Some(map) => map.shard(lane.slot).await,
+            None => Ok(self.clone()),
+        }
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    async fn shard_of(&self, _: Lane) -> Result<Node> {
+        Ok(self.clone())
+    }
+
+    /// A connection nobody else uses until it is dropped, of this very
+    /// server (no routing): a Cluster shard's, for an `ASK`.
+    #[cfg(feature = "cluster")]
+    async fn checkout_exclusive_now(&self) -> Result<Conn> {
+        self.refuse_if_suspect().await?;
         Box::pin(self.exclusive_from_pool()).await
     }
 
@@ -70,7 +129,7 @@ impl Node {
         let spread = inner.spread;
         let slot = match (spread, lane) {
             (1, _) => 0,
-            (_, Some(Lane(lane))) => (lane % spread as u64) as usize,
+            (_, Some(lane)) => (lane.spread % spread as u64) as usize,
             (_, None) => inner.turn.fetch_add(1, Ordering::Relaxed) % spread,
         };
         if let Some(conn) = self.shared_conn(slot) {
@@ -212,9 +271,13 @@ impl Node {
 /// server in the order they were sent, as they would on a single one (a
 /// contended lock's release, its holder's next acquire and the waiters'
 /// attempts, in the order they left); different locks spread over all of
-/// them.
+/// them. It carries the name's hash slot too, which picks a Cluster node's
+/// shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lane(u64);
+pub(crate) struct Lane {
+    spread: u64,
+    slot: u16,
+}
 
 impl Lane {
     /// The lane of lock `name` (FNV-1a, then mixed: the low bits of FNV
@@ -224,8 +287,35 @@ impl Lane {
         for byte in name.bytes() {
             hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
         }
-        Lane(hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32)
+        Lane {
+            spread: hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32,
+            slot: slot_of(name),
+        }
     }
+
+    /// The hash slot of the lock's keys (0 without the `cluster` feature).
+    pub(crate) fn slot(self) -> u16 {
+        self.slot
+    }
+}
+
+#[cfg(feature = "cluster")]
+fn slot_of(name: &str) -> u16 {
+    super::cluster::key_slot(name.as_bytes())
+}
+
+#[cfg(not(feature = "cluster"))]
+fn slot_of(_: &str) -> u16 {
+    0
+}
+
+/// How a Cluster node's request took its shard's connection, to take the
+/// same kind from another shard after a redirect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Shared,
+    Exclusive,
+    DespiteSuspicion,
 }
 
 /// A connection of one node, for one request (or, for a rollback, also for
@@ -239,6 +329,8 @@ pub(crate) struct Conn {
     /// which lives in every request's future.
     _exclusive: Option<Box<pool::Object>>,
     node: Node,
+    /// For a Cluster node's request: its lane and kind, to follow redirects.
+    route: Option<(Lane, Kind)>,
 }
 
 impl Conn {
@@ -249,6 +341,7 @@ impl Conn {
             broken: object.broken.clone(),
             _exclusive: None,
             node: node.clone(),
+            route: None,
         }
     }
 
@@ -259,6 +352,13 @@ impl Conn {
         tracing::trace!(name: "multilock::request_sent", "request handed to the connection");
         let reply = send(&call.request, &mut self.conn).await;
         tracing::trace!(name: "multilock::reply_received", "reply received");
+        #[cfg(feature = "cluster")]
+        if let Some(route) = self.route
+            && redirect::applies(&reply)
+        {
+            let reply = Box::pin(self.follow(&call.request, route, reply, None)).await;
+            return self.finish(reply.and_then(|reply| call.decode(reply)));
+        }
         self.finish(reply.and_then(|reply| call.decode(reply)))
     }
 
@@ -273,6 +373,13 @@ impl Conn {
         let mut conn = self.conn.clone();
         conn.set_response_timeout(patience);
         let reply = send(&call.request, &mut conn).await;
+        #[cfg(feature = "cluster")]
+        if let Some(route) = self.route
+            && redirect::applies(&reply)
+        {
+            let reply = Box::pin(self.follow(&call.request, route, reply, Some(patience))).await;
+            return self.finish(reply.and_then(|reply| call.decode(reply)));
+        }
         self.finish(reply.and_then(|reply| call.decode(reply)))
     }
 
@@ -303,7 +410,10 @@ fn is_readonly(err: &redis::RedisError) -> bool {
     err.code() == Some("READONLY") || err.to_string().contains("READONLY")
 }
 
-async fn send(request: &Request, conn: &mut MultiplexedConnection) -> redis::RedisResult<Value> {
+pub(super) async fn send(
+    request: &Request,
+    conn: &mut MultiplexedConnection,
+) -> redis::RedisResult<Value> {
     match request {
         Request::Script(invocation) => invocation.invoke_async(conn).await,
         Request::Command(cmd) => cmd.query_async(conn).await,
@@ -321,8 +431,8 @@ mod tests {
         for spread in [2u64, 3, 4, 8] {
             let mut per_slot = vec![0; spread as usize];
             for i in 0..256 {
-                let Lane(lane) = Lane::of(&format!("orders:{i}"));
-                per_slot[(lane % spread) as usize] += 1;
+                let lane = Lane::of(&format!("orders:{i}"));
+                per_slot[(lane.spread % spread) as usize] += 1;
             }
             let fair = 256 / spread as usize;
             assert!(

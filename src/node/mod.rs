@@ -1,8 +1,12 @@
 //! One Redis master: its command pool, its shared subscription, its timeouts.
 //! How a request gets a connection and runs on it is [`conn`].
 
+#[cfg(feature = "cluster")]
+mod cluster;
 mod conn;
 mod health;
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
+mod poller;
 mod pool;
 #[cfg(feature = "sentinel")]
 mod sentinel;
@@ -20,6 +24,8 @@ use deadpool_redis::{Runtime, Timeouts};
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
+#[cfg(feature = "cluster")]
+pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
@@ -108,6 +114,9 @@ pub struct NodeBuilder {
     /// Set for a node that is the primary of a Sentinel group.
     #[cfg(feature = "sentinel")]
     sentinel: Option<sentinel::SentinelSource>,
+    /// Set for a node that is a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    cluster: Option<cluster::ClusterSource>,
     pool_size: usize,
     shared_connections: usize,
     connect_timeout: Duration,
@@ -121,6 +130,8 @@ impl fmt::Debug for NodeBuilder {
         f.field("url", &redact_url(&self.url));
         #[cfg(feature = "sentinel")]
         f.field("sentinel", &self.sentinel);
+        #[cfg(feature = "cluster")]
+        f.field("cluster", &self.cluster);
         f.field("pool_size", &self.pool_size)
             .field("shared_connections", &self.shared_connections)
             .field("connect_timeout", &self.connect_timeout)
@@ -214,62 +225,106 @@ impl NodeBuilder {
                 "node timeouts and keepalive must be greater than zero",
             ));
         }
-        let (addr, target) = self.target()?;
-
-        let server = Arc::new(pool::ServerIdentity::new(addr.clone()));
-        let factory = pool::ConnectionFactory {
-            target: target.clone(),
+        let settings = ShardSettings {
+            pool_size: self.pool_size,
+            shared_connections: self.shared_connections,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
+            keepalive: self.keepalive,
+        };
+        let (addr, target) = self.target(&settings)?;
+        let server = match &target {
+            #[cfg(feature = "cluster")]
+            target::Target::Cluster(map) => map.identity(),
+            _ => Arc::new(pool::ServerIdentity::new(addr.clone())),
+        };
+        Ok(Node::assemble(addr, target, server, &settings))
+    }
+}
+
+/// The settings a node is built with, kept by a Cluster node to build its
+/// shards' nodes alike.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardSettings {
+    pool_size: usize,
+    shared_connections: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    keepalive: Duration,
+}
+
+impl Node {
+    /// A node going to `target`, checked settings. Nothing is sent.
+    fn assemble(
+        addr: String,
+        target: target::Target,
+        server: Arc<pool::ServerIdentity>,
+        settings: &ShardSettings,
+    ) -> Node {
+        let factory = pool::ConnectionFactory {
+            target: target.clone(),
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
             server: server.clone(),
         };
         let pool = pool::Pool::builder(factory)
-            .max_size(self.pool_size)
+            .max_size(settings.pool_size)
             .runtime(Runtime::Tokio1)
             .timeouts(Timeouts {
-                wait: Some(self.response_timeout),
-                create: Some(self.connect_timeout),
+                wait: Some(settings.response_timeout),
+                create: Some(settings.connect_timeout),
                 recycle: None,
             })
             .build()
-            .map_err(|e| Error::invalid(format!("connection pool: {e}")))?;
+            .expect("a pool with a runtime and a size above zero");
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Ok(Node {
+        Node {
             inner: Arc::new(NodeInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 subscriber: subscriber::Subscriber::new(
                     addr.clone(),
                     target.clone(),
-                    self.connect_timeout,
-                    self.response_timeout,
-                    self.keepalive,
+                    settings.connect_timeout,
+                    settings.response_timeout,
+                    settings.keepalive,
                 ),
                 health: health::HealthState::new(
                     addr.clone(),
                     target.clone(),
-                    self.connect_timeout,
-                    self.response_timeout,
+                    settings.connect_timeout,
+                    settings.response_timeout,
                 ),
                 addr,
                 server,
                 pool,
-                shared: (0..self.pool_size)
+                shared: (0..settings.pool_size)
                     .map(|_| std::sync::RwLock::new(None))
                     .collect(),
-                spread: self.shared_connections.min(self.pool_size),
+                spread: settings.shared_connections.min(settings.pool_size),
                 turn: AtomicUsize::new(0),
                 filling: tokio::sync::Mutex::new(()),
-                response_timeout: self.response_timeout,
+                response_timeout: settings.response_timeout,
                 target,
                 spent_latches: std::sync::Mutex::new(Vec::new()),
             }),
-        })
+        }
     }
 }
 
 impl NodeBuilder {
     /// The node's name in errors and logs, and where its connections go.
-    fn target(&self) -> Result<(String, target::Target)> {
+    fn target(&self, settings: &ShardSettings) -> Result<(String, target::Target)> {
+        #[cfg(feature = "cluster")]
+        if let Some(source) = &self.cluster {
+            #[cfg(feature = "sentinel")]
+            if self.sentinel.is_some() {
+                return Err(Error::invalid(
+                    "username, password, database and tls are a Sentinel node's settings: a Cluster node takes them from its seed URLs",
+                ));
+            }
+            return source.target(settings.clone());
+        }
+        let _ = settings;
         #[cfg(feature = "sentinel")]
         if let Some(source) = &self.sentinel {
             if !self.url.is_empty() {
@@ -304,6 +359,8 @@ impl Node {
             url: url.into(),
             #[cfg(feature = "sentinel")]
             sentinel: None,
+            #[cfg(feature = "cluster")]
+            cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
             shared_connections: 1,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -320,6 +377,11 @@ impl Node {
     /// Hands over the unlock latch of a release whose reply came: no retry
     /// of it can follow, so the next release on this node deletes it.
     pub(crate) fn spend_latch(&self, latch: String) {
+        if self.cluster_map().is_some() {
+            // Latches of different locks are in different slots, and one
+            // release cannot delete keys of another slot: they expire.
+            return;
+        }
         let mut spent = self.inner.spent_latches.lock().unwrap();
         if spent.len() < SPENT_LATCHES_KEPT {
             spent.push(latch);
@@ -356,8 +418,69 @@ impl Node {
     /// assert_eq!(node.health(), Health::Healthy);
     /// # Ok::<(), multilock::Error>(())
     /// ```
+    ///
+    /// A Cluster node is suspect while any of its shards is (since the
+    /// earliest): requests to the other shards still go.
     pub fn health(&self) -> Health {
+        #[cfg(feature = "cluster")]
+        if let Some(map) = self.cluster_map() {
+            let since = map
+                .shard_nodes()
+                .iter()
+                .filter_map(|shard| match shard.health() {
+                    Health::Suspect { since } => Some(since),
+                    Health::Healthy => None,
+                })
+                .min();
+            return since.map_or(Health::Healthy, |since| Health::Suspect { since });
+        }
         self.inner.health.health()
+    }
+
+    /// The keys of lock `name` on this node. A Cluster node's releases
+    /// publish as its pub/sub mode says, and it refuses a name whose keys
+    /// would hash to different slots (`a{b`: the hash is `a{b`, the channel
+    /// `redisson_lock__channel:a{b`), which would fail with CROSSSLOT.
+    pub(crate) fn lock_keys(&self, name: &str) -> Result<crate::protocol::LockKeys> {
+        let keys = crate::protocol::LockKeys::new(name);
+        #[cfg(feature = "cluster")]
+        if let Some(map) = self.cluster_map() {
+            let slot = cluster::key_slot(name.as_bytes());
+            if cluster::key_slot(keys.channel.as_bytes()) != slot {
+                return Err(Error::invalid(format!(
+                    "lock name {name:?} on a Redis Cluster: its keys would hash to different slots (a `{{` needs a `}}` after it, with the tag between them, as in `orders{{42}}`)"
+                )));
+            }
+            let publish = crate::protocol::Publish::shared(map.sharded_flag());
+            return Ok(keys.with_publish(publish));
+        }
+        Ok(keys)
+    }
+
+    /// The Redis Cluster this node is, if it is one.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster_map(&self) -> Option<&Arc<cluster::ClusterMap>> {
+        match &self.inner.target {
+            target::Target::Cluster(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn cluster_map(&self) -> Option<std::convert::Infallible> {
+        None
+    }
+
+    /// The node requests about the lock of `lane` go to now, without I/O:
+    /// this one, or a Cluster node's shard for the lock's slot (none when
+    /// its slot map is not known yet).
+    fn serving(&self, lane: Lane) -> Option<Node> {
+        #[cfg(feature = "cluster")]
+        if let Some(map) = self.cluster_map() {
+            return map.known_shard(lane.slot());
+        }
+        let _ = lane;
+        Some(self.clone())
     }
 
     /// The server's `run_id` (`INFO server`), once a connection to it was
@@ -409,17 +532,22 @@ impl Node {
 }
 
 impl Node {
-    /// Marks the node suspect: a request to it went unanswered for longer
-    /// than its caller could wait (a multi-node round's per-node timeout).
-    pub(crate) fn suspect(&self) {
-        self.inner.health.suspect(health::Why::Failed);
+    /// Marks the node suspect (a Cluster node: the shard of `lane`'s lock):
+    /// a request to it went unanswered for longer than its caller could
+    /// wait (a multi-node round's per-node timeout).
+    pub(crate) fn suspect(&self, lane: Lane) {
+        if let Some(node) = self.serving(lane) {
+            node.inner.health.suspect(health::Why::Failed);
+        }
     }
 
     /// Marks the node suspect because a request to it is overdue: far
     /// slower than the other nodes' answers to the same round. Any answer
     /// ends the suspicion.
-    pub(crate) fn suspect_overdue(&self) {
-        self.inner.health.suspect(health::Why::Overdue);
+    pub(crate) fn suspect_overdue(&self, lane: Lane) {
+        if let Some(node) = self.serving(lane) {
+            node.inner.health.suspect(health::Why::Overdue);
+        }
     }
 
     /// A request timed out or was refused: the node is suspect. (A broken

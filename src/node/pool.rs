@@ -50,6 +50,9 @@ pub(crate) struct ServerIdentity {
     generation: tokio::sync::watch::Sender<u64>,
     /// Woken when a connection reports its own disconnection.
     disconnected: tokio::sync::Notify,
+    /// A Cluster node's identity, for one of its shards: told of the
+    /// shard's restarts and lost connections.
+    parent: Option<Arc<ServerIdentity>>,
 }
 
 impl ServerIdentity {
@@ -59,6 +62,39 @@ impl ServerIdentity {
             run_id: Default::default(),
             generation: tokio::sync::watch::channel(0).0,
             disconnected: tokio::sync::Notify::new(),
+            parent: None,
+        }
+    }
+
+    /// The identity of one shard of the Cluster node `parent` is.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn within(addr: String, parent: Arc<ServerIdentity>) -> ServerIdentity {
+        ServerIdentity {
+            parent: Some(parent),
+            ..ServerIdentity::new(addr)
+        }
+    }
+
+    /// One more restart, as if the `run_id` had changed (a Cluster node's
+    /// slot changed hands).
+    pub(crate) fn bump_generation(&self) {
+        self.generation.send_modify(|g| *g += 1);
+        if let Some(parent) = &self.parent {
+            parent.bump_generation();
+        }
+    }
+
+    /// Sets the id without counting a restart: a Cluster node's, which is
+    /// its slot 0 primary's.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn name_run_id(&self, run_id: &str) {
+        *self.run_id.lock().unwrap() = Some(run_id.to_owned());
+    }
+
+    fn notify_disconnected(&self) {
+        self.disconnected.notify_waiters();
+        if let Some(parent) = &self.parent {
+            parent.notify_disconnected();
         }
     }
 
@@ -69,7 +105,7 @@ impl ServerIdentity {
             Some(_) => {
                 tracing::info!(node = %self.addr, run_id, "the server restarted (new run_id)");
                 *known = Some(run_id.to_owned());
-                self.generation.send_modify(|g| *g += 1);
+                self.bump_generation();
             }
             None => *known = Some(run_id.to_owned()),
         }
@@ -168,7 +204,7 @@ impl AsyncPushSender for BrokenOnDisconnect {
     fn send(&self, info: PushInfo) -> Result<(), SendError> {
         if info.kind == PushKind::Disconnection {
             self.0.store(true, Ordering::Relaxed);
-            self.1.disconnected.notify_waiters();
+            self.1.notify_disconnected();
             self.2.maybe_moved();
         }
         Ok(())

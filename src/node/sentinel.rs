@@ -22,24 +22,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
-/// How often the sentinels are asked which server is the primary
-/// (Redisson's `scanInterval`).
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// How often while a failover may be under way: for [`FAST_POLL_FOR`]
-/// after a lost connection, a `READONLY` reply or a sentinel's
-/// `+switch-master` message. The sentinels take a second or more to agree,
-/// and polling once a second would add up to another second on top.
-const FAST_POLL_INTERVAL: Duration = Duration::from_millis(100);
-const FAST_POLL_FOR: Duration = Duration::from_secs(10);
+use super::poller::{Nudge, Poller};
 
 /// The primary of one master name, as its sentinels name it.
 pub(crate) struct SentinelPrimary {
@@ -55,11 +47,8 @@ pub(crate) struct SentinelPrimary {
     current: Mutex<Option<Primary>>,
     epoch: AtomicU64,
     switched: watch::Sender<u64>,
-    /// Wakes the poller before its next tick.
-    nudge: Arc<Nudge>,
-    /// Alive while the poller runs: a node used from another runtime after
-    /// its first one shut down (and dropped the poller) starts it again.
-    poller: Mutex<Weak<()>>,
+    /// Asks the sentinels about once a second, and at once when told.
+    poller: Poller,
 }
 
 #[derive(Clone)]
@@ -121,11 +110,7 @@ impl SentinelPrimary {
             current: Mutex::new(None),
             epoch: AtomicU64::new(0),
             switched: watch::channel(0).0,
-            nudge: Arc::new(Nudge {
-                now: Notify::new(),
-                fast_until: Mutex::new(None),
-            }),
-            poller: Mutex::new(Weak::new()),
+            poller: Poller::new(),
         })
     }
 
@@ -142,7 +127,7 @@ impl SentinelPrimary {
     /// Asks the sentinels now, then fast for a while: a failover may be
     /// under way.
     pub(crate) fn check_soon(&self) {
-        self.nudge.check_soon();
+        self.poller.check_soon();
     }
 
     /// The primary's client, as the sentinels name it now, and the epoch.
@@ -264,7 +249,7 @@ impl SentinelPrimary {
             let conn = match cached.as_mut() {
                 Some(conn) => conn,
                 None => {
-                    let notice = SwitchNotice(self.nudge.clone());
+                    let notice = SwitchNotice(self.poller.nudge());
                     let config = redis::AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(self.response_timeout))
                         .set_response_timeout(Some(self.response_timeout))
@@ -312,16 +297,16 @@ impl SentinelPrimary {
         }
     }
 
-    /// Starts the poller on the current runtime unless it runs. It holds
-    /// the node weakly and ends with it.
+    /// Starts the poller on the current runtime unless it runs.
     fn start_poller(self: &Arc<Self>) {
-        let mut poller = self.poller.lock().unwrap();
-        if poller.strong_count() > 0 {
-            return;
-        }
-        let alive = Arc::new(());
-        *poller = Arc::downgrade(&alive);
-        tokio::spawn(poll(Arc::downgrade(self), self.nudge.clone(), alive));
+        self.poller.start(self, |primary: Arc<SentinelPrimary>| async move {
+            match primary.ask_sentinels().await {
+                Ok(named) => drop(primary.switch_to(named)),
+                Err(err) => {
+                    tracing::debug!(node = %primary.node, error = %err, "no sentinel named the primary")
+                }
+            }
+        });
     }
 }
 
@@ -343,49 +328,6 @@ fn most_named(
     }
     tied.sort();
     tied.into_iter().next()
-}
-
-/// Asks the sentinels every [`POLL_INTERVAL`], faster or at once when told
-/// to. `_alive` says it runs (see `SentinelPrimary::poller`).
-async fn poll(primary: Weak<SentinelPrimary>, nudge: Arc<Nudge>, _alive: Arc<()>) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(nudge.interval()) => {}
-            () = nudge.now.notified() => {}
-        }
-        let Some(primary) = primary.upgrade() else {
-            return;
-        };
-        match primary.ask_sentinels().await {
-            Ok(named) => drop(primary.switch_to(named)),
-            Err(err) => {
-                tracing::debug!(node = %primary.node, error = %err, "no sentinel named the primary")
-            }
-        }
-    }
-}
-
-/// What wakes the poller, and how often it polls.
-struct Nudge {
-    now: Notify,
-    /// Until when it polls fast (see [`FAST_POLL_INTERVAL`]).
-    fast_until: Mutex<Option<tokio::time::Instant>>,
-}
-
-impl Nudge {
-    fn check_soon(&self) {
-        *self.fast_until.lock().unwrap() = Some(tokio::time::Instant::now() + FAST_POLL_FOR);
-        self.now.notify_one();
-    }
-
-    /// The pause before the poller's next question.
-    fn interval(&self) -> Duration {
-        let fast_until = *self.fast_until.lock().unwrap();
-        match fast_until.is_some_and(|until| tokio::time::Instant::now() < until) {
-            true => FAST_POLL_INTERVAL,
-            false => POLL_INTERVAL,
-        }
-    }
 }
 
 /// Hears a sentinel's `+switch-master` (the only channel its connection

@@ -1,5 +1,6 @@
-//! Where a node's connections go: the one server its URL names, or the
-//! primary a Sentinel group names now ([`super::sentinel`]).
+//! Where a node's connections go: the one server its URL names, the
+//! primary a Sentinel group names now ([`super::sentinel`]), or a Redis
+//! Cluster and its shards ([`super::cluster`]).
 //!
 //! Every connection of a node (pooled, subscription, probe) asks its target
 //! for a client when it is made, and remembers the target's *epoch* then: a
@@ -23,6 +24,12 @@ pub(crate) enum Target {
     /// The primary of a Sentinel group.
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<super::sentinel::SentinelPrimary>),
+    /// A Redis Cluster, for its subscription (commands go to its shards).
+    #[cfg(feature = "cluster")]
+    Cluster(Arc<super::cluster::ClusterMap>),
+    /// One primary of a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Shard(Arc<super::cluster::ShardTarget>),
 }
 
 impl Target {
@@ -39,6 +46,14 @@ impl Target {
                     Box::pin(primary.resolve());
                 resolve.await
             }
+            #[cfg(feature = "cluster")]
+            Target::Shard(shard) => Ok((shard.client.clone(), 0)),
+            // Commands and probes go to its shards' own targets.
+            #[cfg(feature = "cluster")]
+            Target::Cluster(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a Cluster node connects through its shards",
+            ))),
         }
     }
 
@@ -49,6 +64,10 @@ impl Target {
             Target::Server(_) => epoch == 0,
             #[cfg(feature = "sentinel")]
             Target::Sentinel(primary) => primary.epoch() == epoch,
+            #[cfg(feature = "cluster")]
+            Target::Cluster(map) => map.epoch() == epoch,
+            #[cfg(feature = "cluster")]
+            Target::Shard(_) => epoch == 0,
         }
     }
 
@@ -59,6 +78,10 @@ impl Target {
             Target::Server(_) => None,
             #[cfg(feature = "sentinel")]
             Target::Sentinel(primary) => Some(primary.switches()),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(map) => Some(map.switches()),
+            #[cfg(feature = "cluster")]
+            Target::Shard(_) => None,
         }
     }
 
@@ -70,12 +93,16 @@ impl Target {
             Target::Server(_) => {}
             #[cfg(feature = "sentinel")]
             Target::Sentinel(primary) => primary.check_soon(),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(map) => map.check_soon(),
+            #[cfg(feature = "cluster")]
+            Target::Shard(shard) => shard.maybe_moved(),
         }
     }
 
     /// Whether a new connection must confirm the server is a primary
     /// (`ROLE`) before it is used: the sentinels may name a server that
-    /// has not switched yet.
+    /// has not switched yet, and a cluster's map may name a demoted one.
     pub(crate) fn checks_role(&self) -> bool {
         !matches!(self, Target::Server(_))
     }

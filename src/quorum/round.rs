@@ -25,7 +25,7 @@ use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::guard::{Guard, LateParts, Shape};
 use crate::metrics;
-use crate::node::Node;
+use crate::node::{Lane, Node};
 use crate::owner::Owner;
 use crate::single::{Attempt, HeldPart, Lock, QueueSeats};
 use crate::timing;
@@ -243,11 +243,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if !pending.is_empty() {
             let overdue_at =
                 started + policy::overdue(quorum_after.unwrap_or(elapsed), node_timeout);
-            let stragglers: Vec<(usize, Node)> = seen
+            let stragglers: Vec<(usize, Node, Lane)> = seen
                 .iter()
                 .enumerate()
                 .filter(|(_, seen)| !**seen)
-                .map(|(index, _)| (index, self.locks[index].node().clone()))
+                .map(|(index, _)| {
+                    let lock = &self.locks[index];
+                    (index, lock.node().clone(), lock.lane())
+                })
                 .collect();
             tokio::spawn(adopt_late_grants(
                 pending,
@@ -363,7 +366,7 @@ fn ask(
         let attempt = match tokio::time::timeout(node_timeout, lock.attempt(&owner, lease)).await {
             Ok(attempt) => attempt,
             Err(_) => {
-                lock.node().suspect();
+                lock.node().suspect(lock.lane());
                 Err(Error::NodeUnavailable {
                     node: lock.node().addr().to_owned(),
                     reason: Unavailable::Timeout,
@@ -428,7 +431,7 @@ impl Answered {
 async fn adopt_late_grants(
     mut pending: FuturesUnordered<Answer>,
     late: Arc<Mutex<LateParts>>,
-    stragglers: Vec<(usize, Node)>,
+    stragglers: Vec<(usize, Node, Lane)>,
     overdue_at: Instant,
 ) {
     let mut silent = stragglers;
@@ -440,14 +443,14 @@ async fn adopt_late_grants(
                 let Some((index, attempt)) = answer else {
                     return;
                 };
-                silent.retain(|(straggler, _)| *straggler != index);
+                silent.retain(|(straggler, _, _)| *straggler != index);
                 if let Ok(Attempt::Granted(part)) = attempt {
                     LateParts::adopt(&late, part);
                 }
             }
             _ = &mut overdue, if !silent.is_empty() => {
-                for (_, node) in silent.drain(..) {
-                    node.suspect_overdue();
+                for (_, node, lane) in silent.drain(..) {
+                    node.suspect_overdue(lane);
                 }
             }
         }

@@ -36,6 +36,29 @@ pub(crate) enum Attempt {
     Expired,
 }
 
+/// How long a waiting acquire pauses before asking again when a Redis
+/// Cluster had no settled primary for its slot.
+const UNSETTLED_PAUSE: Duration = Duration::from_millis(100);
+
+/// A waiting acquire's attempt that a Redis Cluster refused untried, with
+/// wait left ([`Unavailable::NoShard`]: a failover or a slot migration
+/// under way): as if taken, so it is asked again after a pause. Nothing
+/// was applied, so nothing needs undoing.
+fn retry_unsettled(
+    attempt: Result<Option<Attempt>>,
+    deadline: Option<Instant>,
+) -> Result<Option<Attempt>> {
+    match attempt {
+        Err(Error::NodeUnavailable {
+            reason: Unavailable::NoShard,
+            ..
+        }) if deadline.is_none_or(|d| Instant::now() + UNSETTLED_PAUSE < d) => {
+            Ok(Some(Attempt::Taken(Some(UNSETTLED_PAUSE))))
+        }
+        other => other,
+    }
+}
+
 impl Lock {
     /// Acquires within `wait` (`None`: until granted): the work behind
     /// every public acquire method.
@@ -125,7 +148,7 @@ impl Lock {
                 QueueSeat::sending(seat);
                 let attempt = self.attempt_by(owner, lease, first_bound).await;
                 QueueSeat::returned(seat);
-                match attempt? {
+                match retry_unsettled(attempt, deadline)? {
                     Some(Attempt::Granted(part)) => return Ok(Some(part)),
                     Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
                     Some(Attempt::Expired) => {}
@@ -158,7 +181,7 @@ impl Lock {
                     QueueSeat::sending(seat);
                     let attempt = self.attempt_by(owner, lease, bound).await;
                     QueueSeat::returned(seat);
-                    let ttl = match attempt? {
+                    let ttl = match retry_unsettled(attempt, deadline)? {
                         // A grant hands the check on (the duty drops): the
                         // next waiter's attempt tells the others, as one of
                         // them may share this owner and re-enter.
@@ -399,7 +422,7 @@ impl Lock {
         let node = &sent.lock.inner.node;
         let checkout = match sent.lock.inner.replica_sync {
             None => node.checkout(sent.lock.lane()).await,
-            Some(_) => node.checkout_exclusive().await,
+            Some(_) => node.checkout_exclusive(sent.lock.lane()).await,
         };
         let mut conn = match checkout {
             Ok(conn) => conn,

@@ -242,7 +242,8 @@ async fn finish_release(
                     Unavailable::Disconnected
                     | Unavailable::Refused
                     | Unavailable::Suspect
-                    | Unavailable::NoPrimary,
+                    | Unavailable::NoPrimary
+                    | Unavailable::NoShard,
                 ..
             }) => {
                 // The connection broke, or none could be had: try a fresh

@@ -110,11 +110,12 @@ impl Lock {
         if name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
+        let keys = node.lock_keys(&name)?;
         Ok(Lock {
             inner: Arc::new(LockInner {
                 core,
                 node,
-                keys: LockKeys::new(&name),
+                keys,
                 lane: Lane::of(&name),
                 fencing: Fencing::Off,
                 max_hold,
@@ -142,7 +143,7 @@ impl Lock {
         name: String,
     ) -> Result<(Lock, Lock)> {
         let lock = Lock::new(core, node, name)?;
-        let keys = LockKeys::read_write(lock.name());
+        let keys = LockKeys::read_write(lock.name()).with_publish(lock.keys().publish.clone());
         let half = |family: kind::Family| {
             let keys = keys.clone();
             lock.rebuilt(move |inner| {

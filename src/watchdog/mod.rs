@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::metrics;
-use crate::node::Node;
+use crate::node::{Lane, Node};
 use crate::protocol;
 use crate::timing;
 
@@ -438,7 +438,8 @@ impl NodeWatchdog {
                 .map(|(key, _)| key.clone())
                 .collect()
         };
-        for chunk in snapshot.chunks(RENEW_BATCH_SIZE) {
+        for chunk in batches(snapshot, self.node.cluster_map().is_some()) {
+            let chunk = &chunk[..];
             let _batch = self.renewing.lock().await;
             let chunk: Vec<&EntryKey> = {
                 let entries = self.entries.lock().unwrap();
@@ -457,9 +458,10 @@ impl NodeWatchdog {
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
             metrics::renewal(self.node.addr());
+            let lane = Lane::of(&chunk[0].lock);
             let result = self
                 .node
-                .run_despite_suspicion(&renew)
+                .run_despite_suspicion(lane, &renew)
                 .instrument(span.clone())
                 .await;
             let _enter = span.enter();
@@ -610,3 +612,17 @@ impl Timer {
 
 #[cfg(test)]
 mod tests;
+
+/// The renewal batches of `holds`: at most [`RENEW_BATCH_SIZE`] each, and
+/// on a Redis Cluster of one hash slot each (one script cannot span slots).
+fn batches(mut holds: Vec<EntryKey>, by_slot: bool) -> Vec<Vec<EntryKey>> {
+    if !by_slot {
+        return holds.chunks(RENEW_BATCH_SIZE).map(<[_]>::to_vec).collect();
+    }
+    let slot = |key: &EntryKey| Lane::of(&key.lock).slot();
+    holds.sort_by_cached_key(slot);
+    holds
+        .chunk_by(|a, b| slot(a) == slot(b))
+        .flat_map(|same| same.chunks(RENEW_BATCH_SIZE).map(<[_]>::to_vec))
+        .collect()
+}

@@ -7,6 +7,12 @@ mod common;
 mod degraded;
 
 mod auth;
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_failover;
+#[cfg(feature = "cluster")]
+mod cluster_groups;
 mod connections;
 mod errors;
 mod failover;

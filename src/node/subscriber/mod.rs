@@ -27,9 +27,11 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc};
 
 mod first_check;
+mod link;
 
 pub(crate) use first_check::AfterSubscribing;
 use first_check::FirstCheck;
+use link::Link;
 
 /// Consecutive subscribe timeouts after which the connection is rebuilt: a
 /// timeout alone does not make redis-rs reconnect a half-open connection.
@@ -276,6 +278,29 @@ impl Shared {
         self.send(Reconcile::All);
     }
 
+    /// The server ended a shard subscription: ours (the channel's last
+    /// waiter left), or, when the channel still has waiters, the shard's
+    /// (a failover demoted it, or its slot moved). Then the waiters re-check
+    /// (a release may have gone unheard) and the channel is subscribed
+    /// again, on the shard that serves it now: redis-rs forgets it.
+    fn on_shard_unsubscribed(self: &Arc<Self>, channel: &[u8]) {
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return;
+        };
+        {
+            let mut channels = self.channels.lock().unwrap();
+            let Some(ch) = channels.get_mut(channel).filter(|ch| ch.waiters > 0) else {
+                return;
+            };
+            ch.subscribed = false;
+            ch.wake.notify_waiters();
+            ch.checked.notify_waiters();
+        }
+        tracing::debug!(node = %self.node, channel, "the shard ended a subscription; subscribing again");
+        self.target.maybe_moved();
+        self.send(Reconcile::One(channel.to_owned()));
+    }
+
     /// An unlock message: wakes one waiter, or every waiter for a
     /// read-write lock's write release (`1`: readers may all enter).
     fn on_message(&self, channel: &[u8], payload: Option<&[u8]>) {
@@ -304,7 +329,7 @@ impl AsyncPushSender for PushRouter {
             return Err(SendError);
         };
         match info.kind {
-            PushKind::Message => {
+            PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(channel)) = info.data.first() {
                     let payload = match info.data.get(1) {
                         Some(Value::BulkString(payload)) => Some(payload.as_slice()),
@@ -317,6 +342,11 @@ impl AsyncPushSender for PushRouter {
                 shared.on_disconnect();
                 shared.target.maybe_moved();
             }
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(channel)) = info.data.first() {
+                    shared.on_shard_unsubscribed(channel);
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -327,7 +357,7 @@ impl AsyncPushSender for PushRouter {
 /// is dropped (its sender closes).
 struct Actor {
     shared: Weak<Shared>,
-    conn: Option<ConnectionManager>,
+    conn: Option<Link>,
     /// The node target's epoch when `conn` was made.
     epoch: u64,
     timeouts_in_a_row: u32,
@@ -406,8 +436,7 @@ impl Actor {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(shared.response_timeout, ping.query_async::<Value>(conn)).await {
+        match tokio::time::timeout(shared.response_timeout, conn.ping()).await {
             Ok(Ok(_)) => {}
             outcome => {
                 tracing::debug!(node = %shared.node, ?outcome, "subscription connection did not answer a PING; rebuilding it");
@@ -524,9 +553,26 @@ impl Actor {
         }
     }
 
-    async fn connection(&mut self, shared: &Arc<Shared>) -> Option<&mut ConnectionManager> {
+    async fn connection(&mut self, shared: &Arc<Shared>) -> Option<&mut Link> {
         self.move_if_stale(shared);
         if self.conn.is_none() {
+            #[cfg(feature = "cluster")]
+            if let crate::node::target::Target::Cluster(map) = &shared.target {
+                let epoch = map.epoch();
+                let push = PushRouter(Arc::downgrade(shared));
+                let (connect, respond) = (shared.connect_timeout, shared.response_timeout);
+                match link::to_cluster(map, push, connect, respond).await {
+                    Ok(link) => {
+                        self.conn = Some(link);
+                        self.epoch = epoch;
+                    }
+                    Err(err) => {
+                        tracing::debug!(node = %shared.node, error = %err, "no cluster connection for the subscription yet");
+                        return None;
+                    }
+                }
+                return self.conn.as_mut();
+            }
             let (client, epoch) = match shared.target.resolve().await {
                 Ok(resolved) => resolved,
                 Err(err) => {
@@ -543,7 +589,7 @@ impl Actor {
                 .set_push_sender(PushRouter(Arc::downgrade(shared)));
             match ConnectionManager::new_lazy_with_config(client, config) {
                 Ok(conn) => {
-                    self.conn = Some(conn);
+                    self.conn = Some(Link::Server(conn));
                     self.epoch = epoch;
                 }
                 Err(err) => {

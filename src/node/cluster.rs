@@ -1,0 +1,665 @@
+//! A node that is a Redis Cluster: each lock's requests go to the primary
+//! of its name's hash slot, as the cluster's slot map says, followed across
+//! failovers and slot migrations.
+//!
+//! Every key of one lock shares the slot of `{name}` (Redisson's naming),
+//! so one script never spans shards; a name whose braces would split its
+//! keys (`a{b`) is refused when the lock is built. Each shard is served by
+//! a standalone node of its own (pool, health, `run_id`), made when the
+//! slot map first names it; the map comes from `CLUSTER SLOTS`, asked of a
+//! known node or a seed, about once a second and at once on a `MOVED`, a
+//! `READONLY` or a lost connection.
+//!
+//! Why not redis-rs's cluster connection for commands: it retries a
+//! request whose connection dropped (`RetryMethod::Reconnect`), after which
+//! the new primary may apply an acquire the old one had already applied
+//! and replicated, and the owner would hold the lock twice while counting
+//! one hold. Here only the answers that prove a request did not run are
+//! retried: `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN` and `READONLY`. A
+//! request whose connection broke is an unknown outcome, settled by the
+//! lock's rollback as on any node. The subscription does use redis-rs's
+//! cluster connection, on its own (see `subscriber`).
+//!
+//! A cluster counts as **one** member of a MultiLock or RedLock: its
+//! failovers are asynchronous and can lose the last writes, like a
+//! Sentinel group's. Its `generation` (what fencing repairs after) moves
+//! whenever a slot changes hands or a shard's server restarts.
+
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use tokio::sync::watch;
+
+use super::poller::Poller;
+use super::pool::ServerIdentity;
+use super::{Node, ShardSettings};
+use crate::error::{Error, Result, Unavailable};
+
+/// Hash slots of a Redis Cluster.
+pub(crate) const SLOTS: usize = 16384;
+/// No primary serves the slot (as far as the map knows).
+const UNSERVED: u16 = u16::MAX;
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part
+/// between the first `{` and the next `}`, when not empty), else of the
+/// whole key, modulo 16384.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    let crc = hashed.iter().fold(0u16, |mut crc, &byte| {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
+        }
+        crc
+    });
+    crc % SLOTS as u16
+}
+
+/// Whether a Cluster node's releases and waiters use sharded pub/sub
+/// (`SPUBLISH` / `SSUBSCRIBE`, Redis 7+) or the classic, cluster-wide kind:
+/// Redisson's `shardedSubscriptionMode`, whose default (`Auto`) Redisson
+/// 3.22+ resolves to sharded on Redis 7. Every client of one lock name must
+/// use the same kind, or releases reach nobody.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardedPubSub {
+    /// Sharded when the cluster's servers are Redis 7 or later, as learned
+    /// at the first contact (Redisson's default).
+    #[default]
+    Auto,
+    /// Always sharded.
+    On,
+    /// Never: `PUBLISH` / `SUBSCRIBE`, broadcast to every node.
+    Off,
+}
+
+/// Where a Cluster node's shards are, and the server identity of the node
+/// as a whole.
+pub(crate) struct ClusterMap {
+    /// The node's name: `cluster/<lowest seed host:port>`.
+    name: String,
+    seeds: Vec<ConnectionInfo>,
+    /// How to connect to a shard: everything but the address.
+    template: ConnectionInfo,
+    tls: bool,
+    settings: ShardSettings,
+    view: RwLock<View>,
+    /// One refresh at a time; `refreshes` counts those done, so a caller
+    /// that waited for another's takes its result.
+    refreshing: tokio::sync::Mutex<()>,
+    refreshes: AtomicU64,
+    /// Bumped when a slot changes hands: the subscription moves, and
+    /// waiters re-check.
+    epoch: AtomicU64,
+    switched: watch::Sender<u64>,
+    /// The node's identity: its generation moves on every change of hands
+    /// and every shard's restart.
+    identity: Arc<ServerIdentity>,
+    mode: ShardedPubSub,
+    sharded: Arc<AtomicBool>,
+    /// Whether Auto was resolved (by a server's version).
+    resolved: AtomicBool,
+    poller: Poller,
+    me: Weak<ClusterMap>,
+}
+
+#[derive(Default)]
+struct View {
+    /// For each slot, the index in `shards` of its primary, or [`UNSERVED`].
+    owners: Vec<u16>,
+    shards: Vec<Shard>,
+}
+
+#[derive(Clone)]
+struct Shard {
+    addr: String,
+    /// The cluster node id (`CLUSTER MYID`); empty when only a `MOVED`
+    /// named it so far.
+    id: String,
+    node: Node,
+}
+
+/// The primary of a range of slots, as `CLUSTER SLOTS` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotRange {
+    first: u16,
+    last: u16,
+    host: String,
+    port: u16,
+    id: String,
+}
+
+/// What a shard's connections go to, and the map to tell when they find
+/// it moved.
+pub(crate) struct ShardTarget {
+    pub(crate) client: redis::Client,
+    map: Weak<ClusterMap>,
+}
+
+impl ShardTarget {
+    /// The map of the cluster this shard is part of, while it is used.
+    pub(crate) fn map(&self) -> Option<Arc<ClusterMap>> {
+        self.map.upgrade()
+    }
+
+    pub(crate) fn maybe_moved(&self) {
+        if let Some(map) = self.map.upgrade() {
+            map.check_soon();
+        }
+    }
+}
+
+impl ClusterMap {
+    pub(crate) fn new(
+        seeds: Vec<ConnectionInfo>,
+        mode: ShardedPubSub,
+        settings: ShardSettings,
+    ) -> Arc<ClusterMap> {
+        let lowest = seeds.iter().map(super::addr_of).min().unwrap_or_default();
+        let name = format!("cluster/{lowest}");
+        let template = seeds[0].clone();
+        let tls = matches!(template.addr(), ConnectionAddr::TcpTls { .. });
+        Arc::new_cyclic(|me| ClusterMap {
+            identity: Arc::new(ServerIdentity::new(name.clone())),
+            name,
+            seeds,
+            template,
+            tls,
+            settings,
+            view: RwLock::new(View::default()),
+            refreshing: tokio::sync::Mutex::new(()),
+            refreshes: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            switched: watch::channel(0).0,
+            mode,
+            sharded: Arc::new(AtomicBool::new(mode != ShardedPubSub::Off)),
+            resolved: AtomicBool::new(mode != ShardedPubSub::Auto),
+            poller: Poller::new(),
+            me: me.clone(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn identity(&self) -> Arc<ServerIdentity> {
+        self.identity.clone()
+    }
+
+    /// Whether releases publish with `SPUBLISH` (shared with every lock's
+    /// keys, see `protocol::Publish`).
+    pub(crate) fn sharded_flag(&self) -> Arc<AtomicBool> {
+        self.sharded.clone()
+    }
+
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.sharded.load(Ordering::Relaxed)
+    }
+
+    /// Which change of hands this is: the subscription made at another
+    /// moves.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn switches(&self) -> watch::Receiver<u64> {
+        self.switched.subscribe()
+    }
+
+    /// Asks for the slot map now, then fast for a while.
+    pub(crate) fn check_soon(&self) {
+        self.poller.check_soon();
+    }
+
+    /// Where the subscription's cluster connection starts: the shards
+    /// known, then the seeds.
+    pub(crate) fn contact_points(&self) -> Vec<ConnectionInfo> {
+        let view = self.view.read().unwrap();
+        let known = view.shards.iter().map(|s| self.shard_info(&s.addr));
+        let mut points: Vec<ConnectionInfo> = known.collect();
+        points.extend(self.seeds.iter().cloned());
+        points
+    }
+
+    /// The shards' nodes, as the map knows them now.
+    pub(crate) fn shard_nodes(&self) -> Vec<Node> {
+        let view = self.view.read().unwrap();
+        view.shards.iter().map(|s| s.node.clone()).collect()
+    }
+
+    /// The node serving `slot` as far as the map knows, without I/O.
+    pub(crate) fn known_shard(&self, slot: u16) -> Option<Node> {
+        let view = self.view.read().unwrap();
+        let owner = *view.owners.get(usize::from(slot))?;
+        view.shards.get(usize::from(owner)).map(|s| s.node.clone())
+    }
+
+    /// The node serving `slot`, asking for the map first when it names none.
+    pub(crate) async fn shard(&self, slot: u16) -> Result<Node> {
+        self.start_poller();
+        if let Some(node) = self.known_shard(slot) {
+            return Ok(node);
+        }
+        self.refresh().await?;
+        self.known_shard(slot).ok_or_else(|| self.no_shard(None))
+    }
+
+    /// Until the map names a primary for every slot, and Auto is resolved.
+    pub(crate) async fn ensure_loaded(&self) -> Result<()> {
+        self.start_poller();
+        let loaded = self.view.read().unwrap().owners.len() == SLOTS;
+        if loaded && self.resolved.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.refresh().await
+    }
+
+    fn no_shard(&self, source: Option<redis::RedisError>) -> Error {
+        Error::NodeUnavailable {
+            node: self.name.clone(),
+            reason: Unavailable::NoShard,
+            source,
+        }
+    }
+
+    fn start_poller(&self) {
+        let Some(me) = self.me.upgrade() else { return };
+        self.poller.start(&me, |map: Arc<ClusterMap>| async move {
+            if let Err(err) = map.refresh().await {
+                tracing::debug!(node = %map.name, error = %err, "no cluster node gave the slot map");
+            }
+        });
+    }
+
+    /// A `MOVED` reply: `slot` is served by `addr` now. Takes effect at
+    /// once (the map is asked for again in the background).
+    pub(crate) fn moved(&self, slot: u16, addr: &str) -> Option<Node> {
+        let (host, port) = split_addr(addr)?;
+        self.check_soon();
+        let mut view = self.view.write().unwrap();
+        if view.owners.len() != SLOTS {
+            view.owners = vec![UNSERVED; SLOTS];
+        }
+        let index = self.shard_index(&mut view, &host, port, None);
+        let previous = std::mem::replace(&mut view.owners[usize::from(slot)], index as u16);
+        let node = view.shards[index].node.clone();
+        drop(view);
+        if previous != index as u16 {
+            self.changed_hands();
+        }
+        Some(node)
+    }
+
+    /// The node at `addr`, made if the map does not know it: an `ASK`
+    /// reply's target, asked once.
+    pub(crate) fn node_at(&self, addr: &str) -> Option<Node> {
+        let (host, port) = split_addr(addr)?;
+        let mut view = self.view.write().unwrap();
+        let index = self.shard_index(&mut view, &host, port, None);
+        Some(view.shards[index].node.clone())
+    }
+
+    /// Asks a known shard, then the seeds, for the slot map, and applies
+    /// the first answer.
+    pub(crate) async fn refresh(&self) -> Result<()> {
+        let before = self.refreshes.load(Ordering::Acquire);
+        let _refreshing = self.refreshing.lock().await;
+        if self.refreshes.load(Ordering::Acquire) != before {
+            return Ok(()); // another caller's refresh just ended
+        }
+        let mut last_error = None;
+        for info in self.contact_points() {
+            let asked = tokio::time::timeout(
+                self.settings.connect_timeout + self.settings.response_timeout,
+                self.ask(info),
+            )
+            .await;
+            match asked {
+                Ok(Ok((ranges, version))) if !ranges.is_empty() => {
+                    self.apply(&ranges, version);
+                    self.refreshes.fetch_add(1, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => last_error = Some(err),
+                Err(_) => {}
+            }
+        }
+        Err(self.no_shard(last_error))
+    }
+
+    /// `CLUSTER SLOTS` and the server's major version, from one node.
+    async fn ask(&self, info: ConnectionInfo) -> RedisResult<(Vec<SlotRange>, Option<u32>)> {
+        let asked_host = match info.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        };
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.settings.connect_timeout))
+            .set_response_timeout(Some(self.settings.response_timeout));
+        let mut conn = redis::Client::open(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let (slots, server): (Value, String) = redis::pipe()
+            .cmd("CLUSTER")
+            .arg("SLOTS")
+            .cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await?;
+        let version = server
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .and_then(|v| v.trim().split('.').next()?.parse().ok());
+        Ok((parse_slots(&slots, &asked_host), version))
+    }
+
+    fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {
+        if self.mode == ShardedPubSub::Auto
+            && let Some(major) = version
+        {
+            self.sharded.store(major >= 7, Ordering::Relaxed);
+            self.resolved.store(true, Ordering::Relaxed);
+        }
+        let mut view = self.view.write().unwrap();
+        let old: Vec<Option<String>> = match view.owners.len() == SLOTS {
+            true => (0..SLOTS)
+                .map(|slot| owner_id(&view, slot).map(str::to_owned))
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut owners = vec![UNSERVED; SLOTS];
+        for range in ranges {
+            let index = self.shard_index(&mut view, &range.host, range.port, Some(&range.id));
+            for slot in range.first..=range.last.min(SLOTS as u16 - 1) {
+                owners[usize::from(slot)] = index as u16;
+            }
+        }
+        // Shards that serve nothing any more go (their connections close
+        // with the last request on them); indexes are remapped.
+        let serving: Vec<bool> = (0..view.shards.len())
+            .map(|i| owners.contains(&(i as u16)))
+            .collect();
+        let mut remap = vec![UNSERVED; view.shards.len()];
+        let mut kept = Vec::new();
+        for (i, shard) in std::mem::take(&mut view.shards).into_iter().enumerate() {
+            if serving[i] {
+                remap[i] = kept.len() as u16;
+                kept.push(shard);
+            }
+        }
+        for owner in owners.iter_mut().filter(|o| **o != UNSERVED) {
+            *owner = remap[usize::from(*owner)];
+        }
+        view.owners = owners;
+        view.shards = kept;
+        let changed = !old.is_empty()
+            && (0..SLOTS).any(|slot| {
+                let now = owner_id(&view, slot);
+                now.is_some() && now != old[slot].as_deref()
+            });
+        // The identity of the cluster as a whole, for the check that a
+        // RedLock's nodes are independent: the node serving slot 0.
+        if let Some(id) = owner_id(&view, 0).filter(|id| !id.is_empty()) {
+            self.identity.name_run_id(id);
+        }
+        drop(view);
+        if changed {
+            self.changed_hands();
+        }
+    }
+
+    /// A slot changed hands: the new primary may lack the last writes of
+    /// the old (fencing repairs), and the subscription moves.
+    fn changed_hands(&self) {
+        tracing::info!(node = %self.name, "a slot changed hands");
+        self.identity.bump_generation();
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        self.switched.send_replace(epoch);
+        crate::metrics::primary_switched(&self.name);
+    }
+
+    /// The index of the shard at `host:port`, made if new; `id` names it
+    /// (an entry a `MOVED` made has none yet).
+    fn shard_index(&self, view: &mut View, host: &str, port: u16, id: Option<&str>) -> usize {
+        let addr = format!("{host}:{port}");
+        if let Some(i) = view.shards.iter().position(|s| s.addr == addr) {
+            if let Some(id) = id {
+                id.clone_into(&mut view.shards[i].id);
+            }
+            return i;
+        }
+        let info = self.shard_info(&addr);
+        // Opening a client does no I/O and cannot fail for a TCP address.
+        let client = redis::Client::open(info).expect("a TCP connection info");
+        let target = super::target::Target::Shard(Arc::new(ShardTarget {
+            client,
+            map: self.me.clone(),
+        }));
+        let server = Arc::new(ServerIdentity::within(addr.clone(), self.identity.clone()));
+        let node = Node::assemble(addr.clone(), target, server, &self.settings);
+        view.shards.push(Shard {
+            addr,
+            id: id.unwrap_or_default().to_owned(),
+            node,
+        });
+        view.shards.len() - 1
+    }
+
+    fn shard_info(&self, addr: &str) -> ConnectionInfo {
+        let (host, port) = split_addr(addr).unwrap_or_default();
+        let addr = match self.tls {
+            false => ConnectionAddr::Tcp(host, port),
+            true => match self.template.addr() {
+                ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => ConnectionAddr::Tcp(host, port),
+            },
+        };
+        self.template.clone().set_addr(addr)
+    }
+}
+
+fn owner_id(view: &View, slot: usize) -> Option<&str> {
+    let owner = *view.owners.get(slot)?;
+    view.shards.get(usize::from(owner)).map(|s| s.id.as_str())
+}
+
+/// `host:port` (the host may be an IPv6 address) as its parts.
+fn split_addr(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply: `[first, last, [host, port,
+/// id, ...], replicas...]` each. An empty host means the node answering.
+fn parse_slots(reply: &Value, asked_host: &str) -> Vec<SlotRange> {
+    let Value::Array(entries) = reply else {
+        return Vec::new();
+    };
+    let int = |v: Option<&Value>| match v {
+        Some(Value::Int(i)) => u16::try_from(*i).ok(),
+        _ => None,
+    };
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let Value::Array(parts) = entry else {
+                return None;
+            };
+            let Some(Value::Array(primary)) = parts.get(2) else {
+                return None;
+            };
+            let host = text(primary.first())?;
+            Some(SlotRange {
+                first: int(parts.first())?,
+                last: int(parts.get(1))?,
+                host: if host.is_empty() || host == "?" {
+                    asked_host.to_owned()
+                } else {
+                    host
+                },
+                port: int(primary.get(1))?,
+                id: text(primary.get(2)).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// A Cluster node's part of a `NodeBuilder`.
+#[derive(Clone, Default)]
+pub(crate) struct ClusterSource {
+    pub(crate) seed_urls: Vec<String>,
+    pub(crate) sharded: ShardedPubSub,
+}
+
+impl std::fmt::Debug for ClusterSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self
+            .seed_urls
+            .iter()
+            .map(|u| super::redact_url(u))
+            .collect();
+        f.debug_struct("ClusterSource")
+            .field("seed_urls", &urls)
+            .field("sharded", &self.sharded)
+            .finish()
+    }
+}
+
+impl ClusterSource {
+    /// Validates the settings; the node's name and target.
+    pub(crate) fn target(
+        &self,
+        settings: ShardSettings,
+    ) -> Result<(String, super::target::Target)> {
+        if self.seed_urls.is_empty() {
+            return Err(Error::invalid("a Cluster node needs at least one seed URL"));
+        }
+        let seeds = self
+            .seed_urls
+            .iter()
+            .map(|url| super::connection_info(url))
+            .collect::<Result<Vec<_>>>()?;
+        let map = ClusterMap::new(seeds, self.sharded, settings);
+        Ok((map.name().to_owned(), super::target::Target::Cluster(map)))
+    }
+}
+
+impl Node {
+    /// A builder of a node that is the Redis Cluster reached through
+    /// `seed_urls` (behind the `cluster` feature). Each lock's requests go
+    /// to the primary of its name's hash slot; `MOVED`, `ASK` (a slot
+    /// migration), `TRYAGAIN`, `CLUSTERDOWN` and `READONLY` (a failover)
+    /// are followed or retried within the response timeout, since they
+    /// prove the request did not run. Passwords and TLS come from the URLs
+    /// (the first seed's serve every shard). The node is named
+    /// `cluster/<lowest seed host:port>` in errors and logs.
+    ///
+    /// A lock name whose braces would put its keys in different slots
+    /// (`a{b`: the hash is `a{b`, its channel `redisson_lock__channel:a{b`)
+    /// is refused when the lock is built, with [`Error::InvalidArgument`]
+    /// rather than `CROSSSLOT` at runtime. A cluster counts as **one** member of a MultiLock or
+    /// RedLock: see the README's "Deployments" for what its asynchronous
+    /// failovers can lose.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use multilock::{Node, ShardedPubSub};
+    ///
+    /// let node = Node::cluster(["redis://:s3cret@127.0.0.1:7001", "redis://:s3cret@127.0.0.1:7000"])
+    ///     .sharded_pubsub(ShardedPubSub::Auto)
+    ///     .build()?;
+    /// assert_eq!(node.addr(), "cluster/127.0.0.1:7000");
+    /// assert!(!format!("{node:?}").contains("s3cret"));
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    pub fn cluster<I, S>(seed_urls: I) -> super::NodeBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut builder = Node::builder(String::new());
+        builder.cluster = Some(ClusterSource {
+            seed_urls: seed_urls.into_iter().map(Into::into).collect(),
+            sharded: ShardedPubSub::Auto,
+        });
+        builder
+    }
+}
+
+impl super::NodeBuilder {
+    /// Whether a Cluster node uses sharded pub/sub (default
+    /// [`ShardedPubSub::Auto`], as Redisson). Ignored by other nodes.
+    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
+        if let Some(cluster) = self.cluster.as_mut() {
+            cluster.sharded = mode;
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"123456789"), 12739);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+    }
+
+    #[test]
+    fn slot_ranges_parse_and_an_empty_host_is_the_asked_node() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                Value::Array(vec![bulk("10.0.0.1"), Value::Int(7000), bulk("abc")]),
+                Value::Array(vec![bulk("10.0.0.4"), Value::Int(7003), bulk("def")]),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(16383),
+                Value::Array(vec![bulk(""), Value::Int(7001), bulk("ghi")]),
+            ]),
+        ]);
+        let ranges = parse_slots(&reply, "10.9.9.9");
+        assert_eq!(ranges.len(), 2);
+        assert_eq!(
+            (ranges[0].first, ranges[0].last, ranges[0].port),
+            (0, 5460, 7000)
+        );
+        assert_eq!(ranges[0].id, "abc");
+        assert_eq!(ranges[1].host, "10.9.9.9");
+        assert_eq!(split_addr("::1:7000"), Some(("::1".to_owned(), 7000)));
+    }
+}

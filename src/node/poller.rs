@@ -1,0 +1,103 @@
+//! The background poll a node that follows a topology runs: a Sentinel
+//! node asking its sentinels, a Cluster node asking for the slot map.
+//!
+//! It polls every [`POLL_INTERVAL`] (Redisson's `scanInterval`), and at
+//! once, then every [`FAST_POLL_INTERVAL`] for [`FAST_POLL_FOR`], when
+//! told a change may be under way (a lost connection, a `READONLY` or
+//! `MOVED` reply, a sentinel's `+switch-master`). It holds what it polls
+//! weakly and ends with it; a node used from another runtime after its
+//! first one shut down (and dropped the task) starts it again.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// How often the topology is asked about when nothing suggests a change.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often while a change may be under way: a failover takes a second or
+/// more to settle, and polling once a second would add up to another second.
+const FAST_POLL_INTERVAL: Duration = Duration::from_millis(100);
+const FAST_POLL_FOR: Duration = Duration::from_secs(10);
+
+/// One node's poll task: what wakes it, and whether it runs.
+pub(crate) struct Poller {
+    nudge: Arc<Nudge>,
+    /// Alive while the task runs.
+    running: Mutex<Weak<()>>,
+}
+
+impl Poller {
+    pub(crate) fn new() -> Poller {
+        Poller {
+            nudge: Arc::new(Nudge {
+                now: Notify::new(),
+                fast_until: Mutex::new(None),
+            }),
+            running: Mutex::new(Weak::new()),
+        }
+    }
+
+    /// Polls at once, then fast for a while.
+    pub(crate) fn check_soon(&self) {
+        self.nudge.check_soon();
+    }
+
+    /// What a push sender keeps to call [`Poller::check_soon`] with.
+    pub(crate) fn nudge(&self) -> Arc<Nudge> {
+        self.nudge.clone()
+    }
+
+    /// Starts the task on the current runtime unless it runs: `tick` is
+    /// called with `of` on every poll, until `of` is dropped.
+    pub(crate) fn start<T, F, Fut>(&self, of: &Arc<T>, tick: F)
+    where
+        T: Send + Sync + 'static,
+        F: Fn(Arc<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let mut running = self.running.lock().unwrap();
+        if running.strong_count() > 0 {
+            return;
+        }
+        let alive = Arc::new(());
+        *running = Arc::downgrade(&alive);
+        let (of, nudge) = (Arc::downgrade(of), self.nudge.clone());
+        tokio::spawn(async move {
+            let _alive = alive;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(nudge.interval()) => {}
+                    () = nudge.now.notified() => {}
+                }
+                let Some(of) = of.upgrade() else {
+                    return;
+                };
+                tick(of).await;
+            }
+        });
+    }
+}
+
+/// What wakes a poll task, and how often it polls.
+pub(crate) struct Nudge {
+    now: Notify,
+    /// Until when it polls fast (see [`FAST_POLL_INTERVAL`]).
+    fast_until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Nudge {
+    pub(crate) fn check_soon(&self) {
+        *self.fast_until.lock().unwrap() = Some(tokio::time::Instant::now() + FAST_POLL_FOR);
+        self.now.notify_one();
+    }
+
+    /// The pause before the next poll.
+    fn interval(&self) -> Duration {
+        let fast_until = *self.fast_until.lock().unwrap();
+        match fast_until.is_some_and(|until| tokio::time::Instant::now() < until) {
+            true => FAST_POLL_INTERVAL,
+            false => POLL_INTERVAL,
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A node that is a Redis Cluster (`Node::cluster`), on a real cluster of
+//! processes (3 primaries, 3 replicas): locking as on a plain node, on names
+//! of every shard, with sharded pub/sub.
+
+use std::time::Duration;
+
+use multilock::testkit::{RedisCluster, key_slot};
+use multilock::{Error, Node, ShardedPubSub};
+
+use crate::common::*;
+
+/// The node's connect and reply timeouts.
+pub(crate) const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(crate) async fn cluster() -> RedisCluster {
+    init_tracing();
+    RedisCluster::start()
+        .await
+        .unwrap_or_else(|err| panic!("cannot start a cluster: {err}"))
+}
+
+/// A node of `cluster`, seeded with its first node only.
+pub(crate) fn cluster_node(cluster: &RedisCluster) -> Node {
+    Node::cluster([cluster.seed_urls()[0].clone()])
+        .connect_timeout(NODE_TIMEOUT)
+        .response_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+/// A lock name served by each of the 3 primaries at the start.
+pub(crate) async fn name_per_shard(cluster: &RedisCluster) -> Vec<String> {
+    let mut names = Vec::new();
+    for shard in 0..3 {
+        let name = (0..)
+            .map(|i| format!("orders:{i}"))
+            .find(|n| (shard * 5461..(shard + 1) * 5461).contains(&usize::from(key_slot(n))))
+            .unwrap();
+        assert_eq!(cluster.primary_for_key(&name).await.unwrap(), shard);
+        names.push(name);
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_reenter_and_wake_waiters_on_every_shard() {
+    let cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client();
+    for name in name_per_shard(&cluster).await {
+        let lock = client.lock(&node, &name).unwrap();
+        let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+        let primary = cluster.primary_for_key(&name).await.unwrap();
+        assert!(
+            exists(&cluster.nodes()[primary].url(), &name).await,
+            "{name} on its primary"
+        );
+        let again = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        drop(again);
+        // A waiter of another owner is woken by the release, long before
+        // the lease would free it.
+        let rival = client.lock(&node, &name).unwrap();
+        let waiter = tokio::spawn(async move { rival.lock_with_lease(LONG_LEASE).await });
+        wait_for_subscribers(&cluster, &name).await;
+        guard.unlock().await.unwrap();
+        let granted = tokio::time::timeout(PATIENCE, waiter).await;
+        let rival_guard = granted.expect("the waiter was woken").unwrap().unwrap();
+        rival_guard.unlock().await.unwrap();
+    }
+}
+
+/// Until a client holds a shard subscription to `name`'s channel on its
+/// primary.
+pub(crate) async fn wait_for_subscribers(cluster: &RedisCluster, name: &str) {
+    let url = cluster.nodes()[cluster.primary_for_key(name).await.unwrap()].url();
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    eventually(
+        PATIENCE,
+        |n: &i64| format!("{n} shard subscribers on {channel}"),
+        || async {
+            let reply: Vec<redis::Value> =
+                run(&url, redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel))
+                    .await
+                    .map_err(|_| 0)?;
+            match reply.get(1) {
+                Some(redis::Value::Int(n)) if *n > 0 => Ok(()),
+                _ => Err(0),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_name_whose_keys_span_slots_is_refused_when_built() {
+    let node = Node::cluster(["redis://127.0.0.1:1"]).build().unwrap();
+    let client = client();
+    let err = client.lock(&node, "a{b").unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(client.lock(&node, "a{b}c").is_ok());
+    assert!(client.lock(&node, "plain").is_ok());
+    // A plain node takes any name, as Redisson does.
+    let plain = Node::new("redis://127.0.0.1:1").unwrap();
+    assert!(client.lock(&plain, "a{b").is_ok());
+    assert!(
+        Node::cluster(Vec::<String>::new()).build().is_err(),
+        "no seed"
+    );
+    let _ = ShardedPubSub::Off;
+}

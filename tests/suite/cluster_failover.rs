@@ -1,0 +1,468 @@
+//! A Cluster node (`Node::cluster`) while its cluster changes under it: a
+//! `CLUSTER FAILOVER` and a killed primary with a waiter waiting (the
+//! holder's release reaches the new primary, the waiter's shard
+//! subscription follows and wakes it), acquires in flight across both
+//! (never counted twice, nothing left held), and slot migrations: a lock
+//! the watchdog renews stays held while its key moves (`ASK` followed),
+//! and a free lock of a migrating slot is granted once the migration ends.
+//!
+//! The steady-state behaviour of a Cluster node is `cluster.rs`;
+//! replication, fencing, external pub/sub clients and clusters as quorum
+//! members are `cluster_groups.rs`.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use multilock::testkit::{RedisCluster, key_slot};
+use multilock::{Client, Guard, Lock, Node, Owner};
+
+use crate::cluster::{cluster, cluster_node, name_per_shard, wait_for_subscribers};
+use crate::common::*;
+
+/// How long a waiter may take to be granted once the holder released after
+/// a change of primaries: its subscription may have to move first.
+const WAKE: Duration = Duration::from_secs(10);
+
+/// `name` on `node` for the explicit owner `owner`: holds and hold counts
+/// that do not depend on which task asks.
+pub(crate) fn owned(client: &Client, node: &Node, name: &str, owner: &str) -> Lock {
+    client
+        .lock(node, name)
+        .unwrap()
+        .with_owner(Owner::new(owner).unwrap())
+}
+
+/// Whether the replica at `url` has `key`: `READONLY`, then `EXISTS`, on
+/// one connection (without `READONLY` a replica answers `MOVED`).
+pub(crate) async fn on_replica(url: &str, key: &str) -> bool {
+    let mut conn = raw(url).await;
+    let mut pipe = redis::pipe();
+    pipe.cmd("READONLY").ignore().cmd("EXISTS").arg(key);
+    let (n,): (u64,) = tokio::time::timeout(Duration::from_secs(2), pipe.query_async(&mut conn))
+        .await
+        .unwrap_or_else(|_| panic!("EXISTS {key} on {url}: no reply"))
+        .unwrap_or_else(|err| panic!("EXISTS {key} on {url}: {err}"));
+    n == 1
+}
+
+/// `cmd` right after `ASKING`, on one connection to `url`: what the target
+/// of a slot migration holds of the slot.
+async fn asking<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
+    let mut conn = raw(url).await;
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+    let (value,): (T,) = pipe
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|err| panic!("{cmd:?} after ASKING on {url}: {err}"));
+    value
+}
+
+/// A `CLUSTER FAILOVER` of the shard of a held lock while a waiter of
+/// another owner waits: the holder's release goes to the new primary, the
+/// waiter is woken (not by the lease: a minute), and its hold lives there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_while_a_waiter_waits() {
+    let cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client();
+    let name = name_per_shard(&cluster).await.swap_remove(1);
+    let primary = cluster.primary_for_key(&name).await.unwrap();
+    let replica = cluster.replica_of(primary).await.unwrap();
+    let holder = owned(&client, &node, &name, "holder");
+    let guard = holder.lock_with_lease(LONG_LEASE).await.unwrap();
+    let rival = owned(&client, &node, &name, "rival");
+    let waiter = tokio::spawn({
+        let rival = rival.clone();
+        async move { rival.lock_with_lease(LONG_LEASE).await }
+    });
+    wait_for_subscribers(&cluster, &name).await;
+
+    cluster.failover(replica).await.unwrap();
+    cluster.wait_until_healthy().await.unwrap();
+    assert_eq!(cluster.primary_for_key(&name).await.unwrap(), replica);
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    guard
+        .unlock()
+        .await
+        .expect("the release reaches the new primary");
+    let granted = tokio::time::timeout(WAKE, waiter)
+        .await
+        .expect("the waiter was woken after the failover")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rival.hold_count().await.unwrap(), 1);
+    assert_eq!(holder.hold_count().await.unwrap(), 0);
+    let new_primary = cluster.nodes()[replica].url();
+    assert!(exists(&new_primary, &name).await, "held on the new primary");
+    granted.unlock().await.unwrap();
+    assert!(!exists(&new_primary, &name).await, "released there too");
+}
+
+/// A killed primary whose hold had reached its replica: once the replica
+/// took over, the holder releases there and the waiter, whose subscription
+/// died with the primary, is woken and granted, holding once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_while_a_waiter_waits() {
+    let mut cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client();
+    let name = name_per_shard(&cluster).await.swap_remove(2);
+    let primary = cluster.primary_for_key(&name).await.unwrap();
+    let replica = cluster.replica_of(primary).await.unwrap();
+    let replica_url = cluster.nodes()[replica].url();
+    let holder = owned(&client, &node, &name, "holder");
+    let guard = holder.lock_with_lease(LONG_LEASE).await.unwrap();
+    // A kill loses what was not replicated: wait until it was.
+    eventually(
+        PATIENCE,
+        |_: &()| format!("{name} never reached the replica {replica_url}"),
+        || async {
+            match on_replica(&replica_url, &name).await {
+                true => Ok(()),
+                false => Err(()),
+            }
+        },
+    )
+    .await;
+    let rival = owned(&client, &node, &name, "rival");
+    let waiter = tokio::spawn(wait_through_a_kill(rival.clone()));
+    wait_for_subscribers(&cluster, &name).await;
+
+    cluster.kill(primary).await.unwrap();
+    cluster.wait_until_healthy().await.unwrap();
+    assert_eq!(cluster.primary_for_key(&name).await.unwrap(), replica);
+    // The node finds the new primary, where the hold is.
+    eventually(
+        WAKE,
+        |seen: &String| format!("the holder's hold on the new primary: {seen}"),
+        || async {
+            match holder.hold_count().await {
+                Ok(1) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    guard
+        .unlock()
+        .await
+        .expect("the release reaches the new primary");
+    let (granted, errors) = tokio::time::timeout(WAKE, waiter)
+        .await
+        .expect("the waiter was woken after the kill")
+        .unwrap();
+    tracing::info!(?errors, "the waiter's errors while the primary was down");
+    assert_eq!(rival.hold_count().await.unwrap(), 1, "granted once");
+    assert_eq!(holder.hold_count().await.unwrap(), 0);
+    assert!(exists(&replica_url, &name).await, "held on the new primary");
+    granted.unlock().await.unwrap();
+    assert!(!exists(&replica_url, &name).await);
+}
+
+/// Waits for `lock` (held with a minute's lease) as an application would
+/// through a kill: a wait that meets the dead primary ends with a typed
+/// `NodeUnavailable`, and is started again after a pause; any other error
+/// fails the test. The guard, and the errors met.
+async fn wait_through_a_kill(lock: Lock) -> (Guard, Vec<String>) {
+    let mut errors = Vec::new();
+    loop {
+        match lock.lock_with_lease(LONG_LEASE).await {
+            Ok(guard) => return (guard, errors),
+            Err(err) if err.is_node_unavailable() => {
+                errors.push(err.to_string());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("an untyped failure of the waiter: {err:?}"),
+        }
+    }
+}
+
+/// What the churning tasks of the in-flight test saw.
+#[derive(Default)]
+struct Churn {
+    /// Grants, per task.
+    grants: [AtomicU64; TASKS],
+    /// Grants whose hold count was read back as 1.
+    checked: AtomicU64,
+    errors: AtomicU64,
+    /// Grants whose owner held more than once (a request applied twice).
+    miscounts: Mutex<Vec<String>>,
+}
+
+/// The lease of the churning tasks.
+const CHURN_LEASE: Duration = Duration::from_secs(5);
+
+/// How many tasks churn.
+const TASKS: usize = 8;
+
+impl Churn {
+    fn grants(&self) -> Vec<u64> {
+        self.grants
+            .iter()
+            .map(|g| g.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// Until every task has been granted again (its name is served again).
+    async fn every_task_granted(&self, when: &str) {
+        let before = self.grants();
+        eventually(
+            Duration::from_secs(30),
+            |idle: &Vec<usize>| format!("{when}: tasks {idle:?} got no grant"),
+            || async {
+                let now = self.grants();
+                let idle: Vec<usize> = (0..TASKS).filter(|&t| now[t] <= before[t]).collect();
+                if idle.is_empty() { Ok(()) } else { Err(idle) }
+            },
+        )
+        .await
+    }
+}
+
+/// One churning task: acquire (a fresh owner each time, so a second
+/// application of one acquire shows as a count of 2), read the count,
+/// release, until `stop`; then one last acquire that must succeed.
+async fn churn(base: Lock, task: usize, stop: Arc<AtomicBool>, churn: Arc<Churn>) {
+    let mut attempt = 0;
+    while !stop.load(Ordering::SeqCst) {
+        attempt += 1;
+        let owner = format!("task{task}-{attempt}");
+        let lock = base.with_owner(Owner::new(&owner).unwrap());
+        match lock
+            .try_lock_for(Duration::from_secs(2), Some(CHURN_LEASE))
+            .await
+        {
+            Ok(Some(guard)) => {
+                churn.grants[task].fetch_add(1, Ordering::SeqCst);
+                match lock.hold_count().await {
+                    Ok(1) => {
+                        churn.checked.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // A kill can lose a grant the replica never got.
+                    Ok(0) | Err(_) => {
+                        churn.errors.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(n) => {
+                        let seen = format!("{owner} holds {} {n} times", base.name());
+                        churn.miscounts.lock().unwrap().push(seen);
+                    }
+                }
+                if guard.unlock().await.is_err() {
+                    churn.errors.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok(None) => {}
+            Err(_) => {
+                churn.errors.fetch_add(1, Ordering::SeqCst);
+                // Back off while the cluster fails over.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let lock = base.with_owner(Owner::new(format!("task{task}-last")).unwrap());
+    let guard = lock
+        .try_lock_for(Duration::from_secs(20), Some(CHURN_LEASE))
+        .await
+        .unwrap_or_else(|err| panic!("task {task} after the failovers: {err}"))
+        .unwrap_or_else(|| panic!("task {task}: {} never free again", base.name()));
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "task {task}");
+    guard.unlock().await.unwrap();
+}
+
+/// `count` names, served by shards 0, 1, 2, 0, ... in turn at the start.
+async fn names_across_shards(cluster: &RedisCluster, count: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..count {
+        let shard = i % 3;
+        let name = (0..)
+            .map(|n| format!("in-flight:{i}:{n}"))
+            .find(|n| (shard * 5461..(shard + 1) * 5461).contains(&usize::from(key_slot(n))))
+            .unwrap();
+        assert_eq!(cluster.primary_for_key(&name).await.unwrap(), shard);
+        names.push(name);
+    }
+    names
+}
+
+/// Eight tasks acquire and release (two per name, names on every shard)
+/// through a `CLUSTER FAILOVER` of one shard and the kill of another's
+/// primary: errors are allowed meanwhile, but no grant is ever counted
+/// twice, every name is served again after each (every task granted), every
+/// task can lock once more when stopped, and nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_in_flight_during_a_failover_are_never_miscounted() {
+    let mut cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client();
+    let names = names_across_shards(&cluster, 4).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(Churn::default());
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let base = client.lock(&node, &names[task % names.len()]).unwrap();
+            tokio::spawn(churn(base, task, stop.clone(), stats.clone()))
+        })
+        .collect();
+    stats.every_task_granted("before the failover").await;
+
+    let (first, second) = (0, 1); // the shards of names[0] and names[1]
+    let replica = cluster.replica_of(first).await.unwrap();
+    cluster.failover(replica).await.unwrap();
+    cluster.wait_until_healthy().await.unwrap();
+    stats.every_task_granted("after the failover").await;
+    assert_eq!(cluster.primary_for_key(&names[1]).await.unwrap(), second);
+    cluster.kill(second).await.unwrap();
+    cluster.wait_until_healthy().await.unwrap();
+    stats.every_task_granted("after the kill").await;
+
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let miscounts = stats.miscounts.lock().unwrap().clone();
+    assert!(miscounts.is_empty(), "grants counted twice: {miscounts:?}");
+    let grants: u64 = stats.grants().iter().sum();
+    let checked = stats.checked.load(Ordering::SeqCst);
+    let errors = stats.errors.load(Ordering::SeqCst);
+    tracing::info!(grants, checked, errors, "churned through the failovers");
+    assert!(
+        checked >= 3 * TASKS as u64,
+        "only {checked} of {grants} grants checked"
+    );
+    for name in &names {
+        let primary = cluster.primary_for_key(name).await.unwrap();
+        let url = cluster.nodes()[primary].url();
+        wait_absent(&url, name, PATIENCE, "every task released").await;
+    }
+}
+
+/// How long the migration test's watchdog leases are: renewals every
+/// third of it.
+const RENEWED: Duration = Duration::from_secs(2);
+
+/// A lock the watchdog renews stays held while its slot migrates (its key
+/// moved to the target, renewals following `ASK`) and after the slot
+/// changed hands (`MOVED`), then releases on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_while_a_lock_is_held_and_renewed() {
+    let cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client_with_watchdog(RENEWED);
+    let held = "{migrating}.held";
+    let slot = key_slot(held);
+    let from = cluster.primary_for_slot(slot).await.unwrap();
+    let to = (from + 1) % 3;
+    let (source, target) = (cluster.nodes()[from].url(), cluster.nodes()[to].url());
+    let lock = client.lock(&node, held).unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert!(exists(&source, held).await);
+
+    let migration = cluster.begin_slot_migration(slot, to).await.unwrap();
+    let moved = migration.move_keys(&cluster).await.unwrap();
+    assert!(moved >= 1, "the held key moved");
+    let on_source = run::<u64>(&source, redis::cmd("EXISTS").arg(held)).await;
+    let redirected = on_source.expect_err("the source sends the held key on");
+    assert_eq!(redirected.code(), Some("ASK"), "{redirected}");
+    // Through more than three leases: renewals reach the key on the
+    // target, or it would expire and `lost()` fire.
+    let kept = tokio::time::timeout(3 * RENEWED + RENEWED / 2, guard.lost()).await;
+    assert!(kept.is_err(), "the hold was lost while its slot migrated");
+    let left: i64 = asking(&target, redis::cmd("PTTL").arg(held)).await;
+    assert!(left > 0, "renewed on the target: PTTL {left}");
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+
+    migration.finish(&cluster).await.unwrap();
+    assert_eq!(cluster.primary_for_slot(slot).await.unwrap(), to);
+    let kept = tokio::time::timeout(3 * RENEWED + RENEWED / 2, guard.lost()).await;
+    assert!(kept.is_err(), "the hold was lost after its slot moved");
+    assert!(pttl(&target, held).await > 0, "renewed on the target");
+    guard.unlock().await.unwrap();
+    assert!(!exists(&target, held).await, "released on the target");
+}
+
+/// A free lock of a slot under migration: its acquire declares the lock
+/// and the request's hold latch, both absent, so the source answers `ASK`
+/// and the target `TRYAGAIN` (a multi-key request missing a key) for as
+/// long as the migration lasts. Nothing runs, and a waiting acquire asks
+/// again until the migration ends, then is granted on the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_lock_of_a_migrating_slot_is_granted_once_the_migration_ends() {
+    let cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = long_lease_client();
+    let free = "{migrating}.free";
+    let slot = key_slot(free);
+    let from = cluster.primary_for_slot(slot).await.unwrap();
+    let to = (from + 2) % 3;
+    let target = cluster.nodes()[to].url();
+    let lock = client.lock(&node, free).unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap(); // the map is loaded
+
+    let migration = cluster.begin_slot_migration(slot, to).await.unwrap();
+    let waiting = lock.clone();
+    let acquire = tokio::spawn(async move { waiting.try_lock_for(LONG_LEASE, None).await });
+    // The acquire reached the target, which refused it untried.
+    eventually(
+        PATIENCE,
+        |n: &u64| format!("{n} scripts refused by the target"),
+        || async {
+            match rejected_scripts(&target).await {
+                0 => Err(0),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+    // The migration outlasts one request's response timeout: the waiting
+    // acquire must ask again, not give up with its request.
+    let refused_since = std::time::Instant::now();
+    let outlasted = crate::cluster::NODE_TIMEOUT * 2;
+    let first = rejected_scripts(&target).await;
+    eventually(
+        outlasted + PATIENCE,
+        |n: &u64| format!("{n} scripts refused by the target"),
+        || async {
+            let now = rejected_scripts(&target).await;
+            match now > first && refused_since.elapsed() > outlasted {
+                true => Ok(()),
+                false => Err(now),
+            }
+        },
+    )
+    .await;
+    assert!(
+        !acquire.is_finished(),
+        "the acquire waits out the migration"
+    );
+    migration.finish(&cluster).await.unwrap();
+    let granted = tokio::time::timeout(PATIENCE, acquire)
+        .await
+        .expect("granted soon after the migration ended")
+        .unwrap()
+        .expect("no error")
+        .expect("the free lock is granted");
+    assert!(exists(&target, free).await, "granted on the target");
+    granted.unlock().await.unwrap();
+    assert!(!exists(&target, free).await, "released on the target");
+}
+
+/// Script calls (`EVALSHA`) the server at `url` rejected before running
+/// them (`TRYAGAIN` counts there).
+async fn rejected_scripts(url: &str) -> u64 {
+    let info: String = run(url, redis::cmd("INFO").arg("commandstats"))
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
