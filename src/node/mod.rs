@@ -1,6 +1,8 @@
 //! One Redis master: its command pool, its shared subscription, its timeouts.
-//! How a request gets a connection and runs on it is [`conn`].
+//! How a node is built is [`builder`]; how a request gets a connection and
+//! runs on it is [`conn`].
 
+mod builder;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conn;
@@ -15,15 +17,14 @@ mod target;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-// Configuration types through deadpool-redis, the facade that pins the deadpool
-// and redis versions this pool is built for.
-use deadpool_redis::{Runtime, Timeouts};
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
+pub use builder::NodeBuilder;
+pub(crate) use builder::ShardSettings;
 #[cfg(feature = "cluster")]
 pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
@@ -39,9 +40,11 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default quiet time after which the subscription connection is PINGed.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// One Redis master: a standalone server ([`Node::new`]), or, with the
+/// One Redis master: a standalone server ([`Node::new`]); with the
 /// `sentinel` feature, whichever server a Sentinel group names its primary
-/// (`Node::sentinel`), followed across failovers.
+/// (`Node::sentinel`), followed across failovers; or, with the `cluster`
+/// feature, a Redis Cluster (`Node::cluster`), each lock on its slot's
+/// primary. Each counts as one member of a MultiLock or RedLock.
 ///
 /// A node owns a pool of command connections and one subscription connection
 /// shared by every waiter of this process on that node. It connects lazily:
@@ -52,7 +55,7 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 ///
 /// The password of the URL never appears in `Debug` output, errors or logs:
 /// a node is named by its address, `host:port` (a Sentinel node by its
-/// master name and a sentinel's address).
+/// master name and a sentinel's address, a Cluster node by a seed's).
 ///
 /// # Examples
 ///
@@ -106,269 +109,7 @@ struct NodeInner {
 const SPENT_LATCHES_PER_RELEASE: usize = 8;
 const SPENT_LATCHES_KEPT: usize = 256;
 
-/// Builds a [`Node`]; see [`Node::builder`].
-#[derive(Clone)]
-#[must_use = "a builder does nothing until `build()`"]
-pub struct NodeBuilder {
-    url: String,
-    /// Set for a node that is the primary of a Sentinel group.
-    #[cfg(feature = "sentinel")]
-    sentinel: Option<sentinel::SentinelSource>,
-    /// Set for a node that is a Redis Cluster.
-    #[cfg(feature = "cluster")]
-    cluster: Option<cluster::ClusterSource>,
-    pool_size: usize,
-    shared_connections: usize,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    keepalive: Duration,
-}
-
-impl fmt::Debug for NodeBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut f = f.debug_struct("NodeBuilder");
-        f.field("url", &redact_url(&self.url));
-        #[cfg(feature = "sentinel")]
-        f.field("sentinel", &self.sentinel);
-        #[cfg(feature = "cluster")]
-        f.field("cluster", &self.cluster);
-        f.field("pool_size", &self.pool_size)
-            .field("shared_connections", &self.shared_connections)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .field("keepalive", &self.keepalive)
-            .finish()
-    }
-}
-
-impl NodeBuilder {
-    /// Maximum command connections (default [`DEFAULT_POOL_SIZE`]).
-    /// Connections are multiplexed and shared: requests spread over
-    /// [`shared_connections`](NodeBuilder::shared_connections) of them (a
-    /// lock's requests all take the same one) and pipeline there; more are
-    /// made only for requests that need one to themselves (a replica-sync
-    /// `WAIT`), or while a broken one is replaced.
-    pub fn pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Over how many multiplexed connections requests are spread (default
-    /// 1, at most the pool size). One connection pipelines the most
-    /// requests per read and write, which costs the server least: on 2
-    /// cores, 64 tasks on their own locks cost it 0.93× of Redisson 3.24+'s
-    /// CPU per lock+unlock on one connection and 1.03× on two, at the same
-    /// throughput. More let several worker threads each drive one, for a
-    /// client whose own CPU is the limit.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let node = multilock::Node::builder("redis://127.0.0.1:6379")
-    ///     .shared_connections(4)
-    ///     .build()?;
-    /// # Ok::<(), multilock::Error>(())
-    /// ```
-    pub fn shared_connections(mut self, connections: usize) -> Self {
-        self.shared_connections = connections;
-        self
-    }
-
-    /// Time allowed to establish a connection (default
-    /// [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Time allowed for a reply, and for a pooled connection to become free
-    /// (default [`DEFAULT_RESPONSE_TIMEOUT`]).
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long the node's subscription connection (shared by every waiter)
-    /// may stay quiet before it is PINGed (default [`DEFAULT_KEEPALIVE`]).
-    /// The PING keeps a NAT or load balancer from dropping it as idle; one
-    /// that gets no answer within the response timeout means the connection
-    /// was dropped silently, and it is rebuilt. Set it below the idle
-    /// timeout of whatever sits between this process and Redis.
-    pub fn keepalive(mut self, interval: Duration) -> Self {
-        self.keepalive = interval;
-        self
-    }
-
-    /// Validates the settings and builds the node. Nothing is sent.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a URL that does not parse, a scheme
-    /// other than `redis://` / `rediss://` (the latter needs the `tls`
-    /// feature), a zero pool size or number of shared connections, or a zero
-    /// timeout or keepalive; for a Sentinel node also an empty master name,
-    /// no sentinel URL, or TLS to the data nodes without the `tls` feature;
-    /// and the data-node settings (`username`, `password`, `database`,
-    /// `tls`) on a URL node.
-    pub fn build(self) -> Result<Node> {
-        if self.pool_size == 0 {
-            return Err(Error::invalid("pool size must be at least 1"));
-        }
-        if self.shared_connections == 0 {
-            return Err(Error::invalid("shared connections must be at least 1"));
-        }
-        if self.connect_timeout.is_zero()
-            || self.response_timeout.is_zero()
-            || self.keepalive.is_zero()
-        {
-            return Err(Error::invalid(
-                "node timeouts and keepalive must be greater than zero",
-            ));
-        }
-        let settings = ShardSettings {
-            pool_size: self.pool_size,
-            shared_connections: self.shared_connections,
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
-            keepalive: self.keepalive,
-        };
-        let (addr, target) = self.target(&settings)?;
-        let server = match &target {
-            #[cfg(feature = "cluster")]
-            target::Target::Cluster(map) => map.identity(),
-            _ => Arc::new(pool::ServerIdentity::new(addr.clone())),
-        };
-        Ok(Node::assemble(addr, target, server, &settings))
-    }
-}
-
-/// The settings a node is built with, kept by a Cluster node to build its
-/// shards' nodes alike.
-#[derive(Debug, Clone)]
-pub(crate) struct ShardSettings {
-    pool_size: usize,
-    shared_connections: usize,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    keepalive: Duration,
-}
-
 impl Node {
-    /// A node going to `target`, checked settings. Nothing is sent.
-    fn assemble(
-        addr: String,
-        target: target::Target,
-        server: Arc<pool::ServerIdentity>,
-        settings: &ShardSettings,
-    ) -> Node {
-        let factory = pool::ConnectionFactory {
-            target: target.clone(),
-            connect_timeout: settings.connect_timeout,
-            response_timeout: settings.response_timeout,
-            server: server.clone(),
-        };
-        let pool = pool::Pool::builder(factory)
-            .max_size(settings.pool_size)
-            .runtime(Runtime::Tokio1)
-            .timeouts(Timeouts {
-                wait: Some(settings.response_timeout),
-                create: Some(settings.connect_timeout),
-                recycle: None,
-            })
-            .build()
-            .expect("a pool with a runtime and a size above zero");
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Node {
-            inner: Arc::new(NodeInner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                subscriber: subscriber::Subscriber::new(
-                    addr.clone(),
-                    target.clone(),
-                    settings.connect_timeout,
-                    settings.response_timeout,
-                    settings.keepalive,
-                ),
-                health: health::HealthState::new(
-                    addr.clone(),
-                    target.clone(),
-                    settings.connect_timeout,
-                    settings.response_timeout,
-                ),
-                addr,
-                server,
-                pool,
-                shared: (0..settings.pool_size)
-                    .map(|_| std::sync::RwLock::new(None))
-                    .collect(),
-                spread: settings.shared_connections.min(settings.pool_size),
-                turn: AtomicUsize::new(0),
-                filling: tokio::sync::Mutex::new(()),
-                response_timeout: settings.response_timeout,
-                target,
-                spent_latches: std::sync::Mutex::new(Vec::new()),
-            }),
-        }
-    }
-}
-
-impl NodeBuilder {
-    /// The node's name in errors and logs, and where its connections go.
-    fn target(&self, settings: &ShardSettings) -> Result<(String, target::Target)> {
-        #[cfg(feature = "cluster")]
-        if let Some(source) = &self.cluster {
-            #[cfg(feature = "sentinel")]
-            if self.sentinel.is_some() {
-                return Err(Error::invalid(
-                    "username, password, database and tls are a Sentinel node's settings: a Cluster node takes them from its seed URLs",
-                ));
-            }
-            return source.target(settings.clone());
-        }
-        let _ = settings;
-        #[cfg(feature = "sentinel")]
-        if let Some(source) = &self.sentinel {
-            if !self.url.is_empty() {
-                return Err(Error::invalid(
-                    "username, password, database and tls are a Sentinel node's settings: a URL node takes them from its URL",
-                ));
-            }
-            return source.target(self.connect_timeout, self.response_timeout);
-        }
-        let info = connection_info(&self.url)?;
-        let client = redis::Client::open(info.clone()).map_err(|_| {
-            let shown = redact_url(&self.url);
-            Error::invalid(format!("Redis URL {shown:?} is not usable"))
-        })?;
-        Ok((addr_of(&info), target::Target::Server(Arc::new(client))))
-    }
-}
-
-impl Node {
-    /// A node with default settings. Lazy: nothing is sent until used.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad URL (see [`NodeBuilder::build`]).
-    pub fn new(url: &str) -> Result<Node> {
-        Node::builder(url).build()
-    }
-
-    /// A builder to set the pool size and timeouts.
-    pub fn builder(url: impl Into<String>) -> NodeBuilder {
-        NodeBuilder {
-            url: url.into(),
-            #[cfg(feature = "sentinel")]
-            sentinel: None,
-            #[cfg(feature = "cluster")]
-            cluster: None,
-            pool_size: DEFAULT_POOL_SIZE,
-            shared_connections: 1,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-            keepalive: DEFAULT_KEEPALIVE,
-        }
-    }
-
     /// The node's address, `host:port`, as shown in errors and logs.
     pub fn addr(&self) -> &str {
         &self.inner.addr

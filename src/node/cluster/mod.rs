@@ -30,36 +30,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use tokio::sync::watch;
 
+mod slots;
+
+pub(crate) use slots::key_slot;
+use slots::{SLOTS, SlotRange, parse_slots, split_addr};
+
 use super::poller::Poller;
 use super::pool::ServerIdentity;
 use super::{Node, ShardSettings};
 use crate::error::{Error, Result, Unavailable};
 
-/// Hash slots of a Redis Cluster.
-pub(crate) const SLOTS: usize = 16384;
 /// No primary serves the slot (as far as the map knows).
 const UNSERVED: u16 = u16::MAX;
-
-/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part
-/// between the first `{` and the next `}`, when not empty), else of the
-/// whole key, modulo 16384.
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    let hashed = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    };
-    let crc = hashed.iter().fold(0u16, |mut crc, &byte| {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
-        }
-        crc
-    });
-    crc % SLOTS as u16
-}
 
 /// Whether a Cluster node's releases and waiters use sharded pub/sub
 /// (`SPUBLISH` / `SSUBSCRIBE`, Redis 7+) or the classic, cluster-wide kind:
@@ -123,16 +105,6 @@ struct Shard {
     /// named it so far.
     id: String,
     node: Node,
-}
-
-/// The primary of a range of slots, as `CLUSTER SLOTS` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SlotRange {
-    first: u16,
-    last: u16,
-    host: String,
-    port: u16,
-    id: String,
 }
 
 /// What a shard's connections go to, and the map to tell when they find
@@ -480,52 +452,6 @@ fn owner_id(view: &View, slot: usize) -> Option<&str> {
     view.shards.get(usize::from(owner)).map(|s| s.id.as_str())
 }
 
-/// `host:port` (the host may be an IPv6 address) as its parts.
-fn split_addr(addr: &str) -> Option<(String, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    Some((host.to_owned(), port.parse().ok()?))
-}
-
-/// The ranges of a `CLUSTER SLOTS` reply: `[first, last, [host, port,
-/// id, ...], replicas...]` each. An empty host means the node answering.
-fn parse_slots(reply: &Value, asked_host: &str) -> Vec<SlotRange> {
-    let Value::Array(entries) = reply else {
-        return Vec::new();
-    };
-    let int = |v: Option<&Value>| match v {
-        Some(Value::Int(i)) => u16::try_from(*i).ok(),
-        _ => None,
-    };
-    let text = |v: Option<&Value>| match v {
-        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-        Some(Value::SimpleString(s)) => Some(s.clone()),
-        _ => None,
-    };
-    entries
-        .iter()
-        .filter_map(|entry| {
-            let Value::Array(parts) = entry else {
-                return None;
-            };
-            let Some(Value::Array(primary)) = parts.get(2) else {
-                return None;
-            };
-            let host = text(primary.first())?;
-            Some(SlotRange {
-                first: int(parts.first())?,
-                last: int(parts.get(1))?,
-                host: if host.is_empty() || host == "?" {
-                    asked_host.to_owned()
-                } else {
-                    host
-                },
-                port: int(primary.get(1))?,
-                id: text(primary.get(2)).unwrap_or_default(),
-            })
-        })
-        .collect()
-}
-
 /// A Cluster node's part of a `NodeBuilder`.
 #[derive(Clone, Default)]
 pub(crate) struct ClusterSource {
@@ -617,49 +543,5 @@ impl super::NodeBuilder {
             cluster.sharded = mode;
         }
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_follow_redis() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(key_slot(b"123456789"), 12739);
-        assert_eq!(key_slot(b"foo"), 12182);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
-        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
-        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
-        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
-    }
-
-    #[test]
-    fn slot_ranges_parse_and_an_empty_host_is_the_asked_node() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(5460),
-                Value::Array(vec![bulk("10.0.0.1"), Value::Int(7000), bulk("abc")]),
-                Value::Array(vec![bulk("10.0.0.4"), Value::Int(7003), bulk("def")]),
-            ]),
-            Value::Array(vec![
-                Value::Int(5461),
-                Value::Int(16383),
-                Value::Array(vec![bulk(""), Value::Int(7001), bulk("ghi")]),
-            ]),
-        ]);
-        let ranges = parse_slots(&reply, "10.9.9.9");
-        assert_eq!(ranges.len(), 2);
-        assert_eq!(
-            (ranges[0].first, ranges[0].last, ranges[0].port),
-            (0, 5460, 7000)
-        );
-        assert_eq!(ranges[0].id, "abc");
-        assert_eq!(ranges[1].host, "10.9.9.9");
-        assert_eq!(split_addr("::1:7000"), Some(("::1".to_owned(), 7000)));
     }
 }
