@@ -341,11 +341,13 @@ impl ClusterMap {
             self.resolved.store(true, Ordering::Relaxed);
         }
         let mut view = self.view.write().unwrap();
-        let old: Vec<Option<String>> = match view.owners.len() == SLOTS {
-            true => (0..SLOTS)
-                .map(|slot| owner_id(&view, slot).map(str::to_owned))
-                .collect(),
-            false => Vec::new(),
+        // Who served each slot before, by address: a failover moves a
+        // slot to another server, a restart in place is its `run_id`'s.
+        let old_owners = view.owners.clone();
+        let old_addrs: Vec<String> = view.shards.iter().map(|s| s.addr.clone()).collect();
+        let old_addr = |slot: usize| {
+            let index = *old_owners.get(slot)?;
+            old_addrs.get(usize::from(index)).map(String::as_str)
         };
         let mut owners = vec![UNSERVED; SLOTS];
         for range in ranges {
@@ -372,15 +374,15 @@ impl ClusterMap {
         }
         view.owners = owners;
         view.shards = kept;
-        let changed = !old.is_empty()
+        let changed = old_owners.len() == SLOTS
             && (0..SLOTS).any(|slot| {
-                let now = owner_id(&view, slot);
-                now.is_some() && now != old[slot].as_deref()
+                let now = owner(&view, slot).map(|s| s.addr.as_str());
+                now.is_some() && now != old_addr(slot)
             });
         // The identity of the cluster as a whole, for the check that a
         // RedLock's nodes are independent: the node serving slot 0.
-        if let Some(id) = owner_id(&view, 0).filter(|id| !id.is_empty()) {
-            self.identity.name_run_id(id);
+        if let Some(shard) = owner(&view, 0).filter(|s| !s.id.is_empty()) {
+            self.identity.name_run_id(&shard.id);
         }
         drop(view);
         if changed {
@@ -447,9 +449,10 @@ impl ClusterMap {
     }
 }
 
-fn owner_id(view: &View, slot: usize) -> Option<&str> {
+/// The shard serving `slot`, if any.
+fn owner(view: &View, slot: usize) -> Option<&Shard> {
     let owner = *view.owners.get(slot)?;
-    view.shards.get(usize::from(owner)).map(|s| s.id.as_str())
+    view.shards.get(usize::from(owner))
 }
 
 /// A Cluster node's part of a `NodeBuilder`.
