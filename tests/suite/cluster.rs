@@ -109,3 +109,35 @@ async fn a_name_whose_keys_span_slots_is_refused_when_built() {
     );
     let _ = ShardedPubSub::Off;
 }
+
+/// Holds on every shard, renewed by one client's watchdog: its batches go
+/// one slot each (a script spanning slots would be refused with CROSSSLOT,
+/// and every hold of that batch would expire).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_holds_on_every_shard() {
+    const RENEWED: Duration = Duration::from_secs(2);
+    let cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client_with_watchdog(RENEWED);
+    let names = name_per_shard(&cluster).await;
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(client.lock(&node, name).unwrap().lock().await.unwrap());
+    }
+    // Through more than three leases: without renewal the keys expire and
+    // `lost()` fires.
+    {
+        let lost = futures::future::select_all(guards.iter().map(|g| Box::pin(g.lost())));
+        let kept = tokio::time::timeout(3 * RENEWED + RENEWED / 2, lost).await;
+        assert!(kept.is_err(), "a hold was lost: its renewal failed");
+    }
+    for name in &names {
+        let primary = cluster.primary_for_key(name).await.unwrap();
+        let url = cluster.nodes()[primary].url();
+        let left: i64 = run(&url, redis::cmd("PTTL").arg(name)).await.unwrap();
+        assert!(left > 0, "{name} renewed: PTTL {left}");
+    }
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+}
