@@ -9,7 +9,7 @@
 //!
 //! `MULTILOCK_BENCH_ONLY` takes a comma-separated list of sections:
 //! `uncontended`, `contended`, `many_keys`, `scale`, `commands`, `latency`,
-//! `read_write`, `degraded`. With `RUST_LOG` set
+//! `read_write`, `cluster`, `degraded`. With `RUST_LOG` set
 //! (`RUST_LOG=multilock=debug`), the crate's tracing goes to stderr: a
 //! timeline of rounds, subscriptions and node health.
 //!
@@ -64,6 +64,11 @@
 //!   call to the writer's grant) against Redisson's read unlock + write
 //!   acquire on a bare connection; and K=64 readers of one name against K
 //!   tasks on their own locks with the server 0.5 and 1 ms away (the proxy);
+//! - (i) a Redis Cluster (the test kit's, 3 primaries and 3 replicas, started
+//!   for the section; feature `cluster`, which the dev-dependencies enable):
+//!   `Node::cluster` against a bare redis-rs `ClusterConnection` sending the
+//!   crate's scripts (release with `spublish`), one task's lock+unlock
+//!   latency and 64 tasks' lock+unlock per second;
 //! - (f) degraded: a 5-node RedLock healthy, then with 1 and 2 servers frozen
 //!   (SIGSTOP) and 2 dead (killed): uncontended latency, critical sections
 //!   of 6 contenders, and rslock on the same servers. Last, since it stops,
@@ -71,7 +76,7 @@
 //!
 //! Each measurement has its own file (`uncontended`, `contended`,
 //! `many_keys`, `scale`, `wire_commands`, `latency`, `read_write`,
-//! `degraded`), and judges its own targets; `contenders` puts the
+//! `cluster`, `degraded`), and judges its own targets; `contenders` puts the
 //! contenders behind one interface; `stats` holds the latency samples.
 //! `report` (with `latency_cdf`) is a leaf the sections write into: tables,
 //! targets, charts and notes. This file holds the settings, the servers
@@ -82,6 +87,8 @@
 //! stdout gets a summary: every target, met or missed, and where the report
 //! is.
 
+#[cfg(feature = "cluster")]
+mod cluster;
 mod contended;
 mod contenders;
 mod degraded;
@@ -181,6 +188,15 @@ async fn run() -> BenchResult {
         progress("(h) read-write lock: write after readers, readers at a distance");
         read_write::read_write(&settings, &servers, &mut report).await?;
     }
+    if settings.runs("cluster") {
+        #[cfg(feature = "cluster")]
+        {
+            progress("(i) Redis Cluster: Node::cluster against a bare ClusterConnection");
+            cluster::cluster(&settings, &mut report).await?;
+        }
+        #[cfg(not(feature = "cluster"))]
+        progress("(i) Redis Cluster: skipped, the `cluster` feature is off");
+    }
     if settings.runs("degraded") {
         progress("(f) degraded: nodes frozen and dead");
         degraded::degraded(&settings, &mut servers, &mut report).await?;
@@ -201,7 +217,7 @@ async fn run() -> BenchResult {
 // Settings
 
 /// The sections, as `MULTILOCK_BENCH_ONLY` names them, in run order.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "uncontended",
     "contended",
     "many_keys",
@@ -209,6 +225,7 @@ const SECTIONS: [&str; 8] = [
     "commands",
     "latency",
     "read_write",
+    "cluster",
     "degraded",
 ];
 

@@ -30,6 +30,7 @@ pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
+pub(crate) use target::next_switch;
 
 /// Default number of pooled command connections per node.
 pub const DEFAULT_POOL_SIZE: usize = 8;
@@ -243,6 +244,13 @@ impl Node {
     /// Follows [`Node::generation`].
     pub(crate) fn restarts(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.server.restarts()
+    }
+
+    /// Follows where the node's requests go: a Sentinel node's switches of
+    /// primary, a Cluster node's slots changing hands; `None` for a
+    /// standalone server. See [`target::next_switch`].
+    pub(crate) fn moves(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.target.switches()
     }
 
     /// Resolves when a connection to the node next reports it was lost.

@@ -149,6 +149,34 @@ pub fn release(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'stat
     release_deleting(name, field, hold_id, [])
 }
 
+/// The release script call of hold `hold_id` on a Redis Cluster with
+/// sharded pub/sub, as a `Node::cluster` sends it on Redis 7+: the same
+/// script as [`release`], publishing with `spublish` (its last argument).
+/// No spent latches ride along: those of other locks lie in other slots.
+/// Reply as [`release`].
+///
+/// ```no_run
+/// use multilock::testkit::protocol;
+///
+/// # async fn demo(conn: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<()> {
+/// // conn: a redis-rs cluster connection, say
+/// let field = protocol::field("6f1c0e9a-client", "worker-1");
+/// let released: Option<i64> = protocol::release_sharded("orders:42", &field, "hold-1")
+///     .invoke_async(conn)
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn release_sharded(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
+    let sharded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let keys = LockKeys::new(name).with_publish(wire::Publish::shared(sharded));
+    script(wire::release(
+        &keys,
+        field,
+        &keys.unlock_latch(hold_id),
+        std::iter::empty(),
+    ))
+}
+
 /// The release script call of hold `hold_id`, deleting on the way the
 /// latches of earlier releases (`spent`: their [`unlock_latch`]es), as the
 /// crate's releases do. Reply as [`release`].

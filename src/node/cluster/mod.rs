@@ -186,7 +186,10 @@ impl ClusterMap {
     }
 
     /// Asks for the slot map now, then fast for a while.
+    /// (The poller starts here too, if it stopped with the runtime it ran
+    /// on: every sign of a change comes through here.)
     pub(crate) fn check_soon(&self) {
+        self.start_poller();
         self.poller.check_soon();
     }
 
@@ -215,10 +218,10 @@ impl ClusterMap {
 
     /// The node serving `slot`, asking for the map first when it names none.
     pub(crate) async fn shard(&self, slot: u16) -> Result<Node> {
-        self.start_poller();
         if let Some(node) = self.known_shard(slot) {
             return Ok(node);
         }
+        self.start_poller();
         self.refresh().await?;
         self.known_shard(slot).ok_or_else(|| self.no_shard(None))
     }

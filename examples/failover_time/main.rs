@@ -1,9 +1,12 @@
 //! Time from a primary's death to the first successful acquire through a
-//! Sentinel node, against the failover time of Redis itself.
+//! Sentinel node and through a Cluster node, against the failover time of
+//! Redis itself.
 //!
 //! ```text
 //! cargo run --release --example failover_time               # 5 rounds of each
 //! cargo run --release --example failover_time -- --rounds 10
+//! cargo run --release --example failover_time -- --only cluster   # or sentinel
+//! RUST_LOG=multilock=debug cargo run --release --example failover_time  # with the crate's tracing
 //! ```
 //!
 //! Each round starts a fresh `SentinelGroup` (a primary, 2 replicas, 3
@@ -27,6 +30,13 @@
 //! lock/unlock cycles (3 s, 100 cycles) checks that the old primary runs
 //! none of our scripts any more (`INFO commandstats`, eval*/fcall calls,
 //! before and after).
+//!
+//! Then the same for a Redis Cluster (`cluster.rs`): a fresh `RedisCluster`
+//! per round (3 primaries, 3 replicas, `cluster-node-timeout 1000`), a
+//! `Node::cluster`, and the primary of one name's slot SIGKILLed or its
+//! replica sent `CLUSTER FAILOVER`.
+
+mod cluster;
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -55,15 +65,48 @@ const BURST_PAUSE: Duration = Duration::from_millis(30);
 enum Fault {
     KillPrimary,
     PlannedFailover,
+    /// A Cluster's primary of the measured name's slot SIGKILLed.
+    ClusterKill,
+    /// `CLUSTER FAILOVER` sent to that primary's replica.
+    ClusterFailover,
+}
+
+impl Fault {
+    /// Whether the old primary stays up (a planned failover).
+    fn planned(self) -> bool {
+        matches!(self, Fault::PlannedFailover | Fault::ClusterFailover)
+    }
+
+    fn cluster(self) -> bool {
+        matches!(self, Fault::ClusterKill | Fault::ClusterFailover)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Fault::KillPrimary => "Sentinel, primary SIGKILLed",
+            Fault::PlannedFailover => "Sentinel, SENTINEL FAILOVER",
+            Fault::ClusterKill => "Cluster, slot's primary SIGKILLed",
+            Fault::ClusterFailover => "Cluster, CLUSTER FAILOVER",
+        }
+    }
 }
 
 /// What one round measured, in ms from the kill (or the `SENTINEL FAILOVER`).
 #[derive(Default)]
 struct Round {
+    /// Sentinel: a majority of the sentinels names the new primary and it
+    /// answers as one. Cluster: every running node's `CLUSTER SLOTS` names
+    /// the replica for the slot.
     redis: Option<i64>,
+    /// Cluster: the replica's own `CLUSTER SLOTS` names it for the slot
+    /// (it has taken over; the others learn it by gossip).
+    claimed: Option<i64>,
     /// Any granted acquire: on a planned failover, usually the old primary's.
     first_any: Option<i64>,
     first_new: Option<i64>,
+    /// Cluster: the first acquire+release of the one name that was in
+    /// flight, or retried, across the fault (fresh names otherwise).
+    first_same: Option<i64>,
     /// When the old primary (still up: a planned failover) granted ours.
     old_grants: Vec<i64>,
     attempts: usize,
@@ -78,6 +121,11 @@ impl Round {
         Some(self.first_new? - self.redis?)
     }
 
+    /// Cluster: from the replica's takeover to ours.
+    fn overhead_after_claim(&self) -> Option<i64> {
+        Some(self.first_new? - self.claimed?)
+    }
+
     /// Our acquires the old primary granted after the sentinels had switched.
     fn old_grants_after_switch(&self) -> Option<usize> {
         let switched = self.redis?;
@@ -90,20 +138,50 @@ type Figure = fn(&Round) -> Option<i64>;
 
 #[tokio::main]
 async fn main() -> Res<()> {
+    // `RUST_LOG=multilock=debug`: the crate's tracing on stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mut rounds = 5;
+    let mut only = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--rounds" => rounds = args.next().ok_or("--rounds takes a number")?.parse()?,
-            other => return Err(format!("unknown argument {other}; try --rounds N").into()),
+            "--only" => match args.next().as_deref() {
+                Some("sentinel") => only = Some(false),
+                Some("cluster") => only = Some(true),
+                _ => return Err("--only takes sentinel or cluster".into()),
+            },
+            other => {
+                let usage = "try --rounds N, --only sentinel|cluster";
+                return Err(format!("unknown argument {other}; {usage}").into());
+            }
         }
     }
-    for fault in [Fault::KillPrimary, Fault::PlannedFailover] {
+    let faults = [
+        Fault::KillPrimary,
+        Fault::PlannedFailover,
+        Fault::ClusterKill,
+        Fault::ClusterFailover,
+    ];
+    let faults = faults
+        .into_iter()
+        .filter(|f| only.is_none_or(|c| f.cluster() == c));
+    for fault in faults {
         print_header(fault);
         let mut done = Vec::new();
         for round in 1..=rounds {
-            done.push(run_round(fault, round, rounds).await?);
-            print_row(fault, round, &done[round - 1]);
+            let measured = if fault.cluster() {
+                cluster::run_round(fault, round, rounds).await?
+            } else {
+                run_round(fault, round, rounds).await?
+            };
+            print_row(fault, round, &measured);
+            done.push(measured);
         }
         print_summary(fault, &done);
     }
@@ -133,7 +211,6 @@ async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<Round> {
     let first_try = Instant::now();
     let mut started = first_try;
     match fault {
-        Fault::KillPrimary => group.kill(GroupMember::Data(old)).await?,
         // A sentinel may refuse for a moment after the start (INPROG,
         // NOGOODSLAVE): the clock starts at the request it accepts.
         Fault::PlannedFailover => loop {
@@ -146,16 +223,25 @@ async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<Round> {
                 Err(err) => return Err(err.into()),
             }
         },
+        _ => group.kill(GroupMember::Data(old)).await?,
     }
     // The old primary is only asked where an acquire landed while it lives.
     let old_alive = (fault == Fault::PlannedFailover).then_some(&mut old_conn);
+    let names = |attempt: usize| format!("failover:{round}:{attempt}");
     let (redis_failover, mut measured) = tokio::join!(
         redis_failover_time(&sentinels, old_port, started),
-        acquire_on_new_primary(&client, &node, old_alive, started, round),
+        acquire_on_new_primary(&client, &node, old_alive, started, names, false),
     );
     measured.redis = redis_failover;
     if fault == Fault::PlannedFailover && measured.first_new.is_some() {
-        measured.burst = Some(burst(&client, &node, &old_conn, &mut measured.errors).await?);
+        let burst = burst(
+            &client,
+            &node,
+            "failover:burst",
+            &old_conn,
+            &mut measured.errors,
+        );
+        measured.burst = Some(burst.await?);
     }
     Ok(measured)
 }
@@ -205,19 +291,22 @@ async fn answers_as_master(url: &str) -> bool {
     )
 }
 
-/// Our loop: try-acquire a fresh name until the new primary grants one. With
-/// `old_primary` (it still runs), a grant whose key is on it does not count.
+/// Our loop: try-acquire `name(attempt)` until the new primary grants one.
+/// With `old_primary` (it still runs), a grant whose key is on it does not
+/// count. With `must_release`, neither does one whose release then fails,
+/// and the time is taken once the release succeeded.
 async fn acquire_on_new_primary(
     client: &Client,
     node: &Node,
     mut old_primary: Option<&mut MultiplexedConnection>,
     started: Instant,
-    round: usize,
+    mut name: impl FnMut(usize) -> String,
+    must_release: bool,
 ) -> Round {
     let mut measured = Round::default();
     while started.elapsed() < GIVE_UP {
         measured.attempts += 1;
-        let name = format!("failover:{round}:{}", measured.attempts);
+        let name = name(measured.attempts);
         let lock = client.lock(node, name.as_str()).expect("a valid name");
         let attempt = lock.try_lock_for(Duration::ZERO, Some(LEASE));
         let kind = match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
@@ -232,15 +321,27 @@ async fn acquire_on_new_primary(
                     Some(conn) => exists.arg(&name).query_async(conn).await.unwrap_or(0) == 1,
                     None => false,
                 };
-                if let Err(err) = guard.unlock().await {
-                    count(&mut measured.errors, format!("unlock: {}", kind_of(&err)));
-                }
-                if !on_old {
-                    measured.first_new = Some(at);
+                let failed = match tokio::time::timeout(ATTEMPT_TIMEOUT, guard.unlock()).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(format!("unlock: {}", kind_of(&err))),
+                    Err(_) => Some("unlock timed out".to_owned()),
+                };
+                if on_old {
+                    measured.old_grants.push(at);
+                    failed
+                        .into_iter()
+                        .for_each(|kind| count(&mut measured.errors, kind));
+                    "granted by the old primary".to_owned()
+                } else if must_release && let Some(kind) = failed {
+                    format!("granted, then {kind}")
+                } else {
+                    failed
+                        .into_iter()
+                        .for_each(|kind| count(&mut measured.errors, kind));
+                    let released = started.elapsed().as_millis() as i64;
+                    measured.first_new = Some(if must_release { released } else { at });
                     return measured;
                 }
-                measured.old_grants.push(at);
-                "granted by the old primary".to_owned()
             }
         };
         count(&mut measured.errors, kind);
@@ -249,17 +350,19 @@ async fn acquire_on_new_primary(
     measured
 }
 
-/// Lock/unlock cycles after the switch; returns how many scripts the old
-/// primary ran meanwhile (0 when none of ours went there) and whether it was
-/// still a primary at the end (else the check is over a shorter window).
+/// Lock/unlock cycles of `name` after the switch; returns how many scripts
+/// the old primary ran meanwhile (0 when none of ours went there) and
+/// whether it was still a primary at the end (else the check is over a
+/// shorter window).
 async fn burst(
     client: &Client,
     node: &Node,
+    name: &str,
     old_primary: &MultiplexedConnection,
     errors: &mut BTreeMap<String, usize>,
 ) -> Res<(u64, bool)> {
     let before = script_calls(old_primary).await?;
-    let lock = client.lock(node, "failover:burst")?;
+    let lock = client.lock(node, name)?;
     for _ in 0..BURST_CYCLES {
         match lock.try_lock_for(Duration::ZERO, Some(LEASE)).await {
             Ok(Some(guard)) => {
@@ -328,53 +431,103 @@ fn errors_text(errors: &BTreeMap<String, usize>) -> String {
         .unwrap_or("none".to_owned())
 }
 
-fn print_header(fault: Fault) {
-    if fault == Fault::KillPrimary {
-        println!("\nPrimary SIGKILLed; times in ms from the kill\n");
-        print!("| round | Redis failover | our first acquire | overhead | attempts ");
-        println!("| not counted |\n|---|---:|---:|---:|---:|---|");
+/// A table column of a fault's rounds: its heading and its cell.
+type Column = (&'static str, Box<dyn Fn(&Round) -> String>);
+
+fn columns(fault: Fault) -> Vec<Column> {
+    let ms = |figure: Figure| -> Box<dyn Fn(&Round) -> String> {
+        Box::new(move |r| figure(r).map_or("—".to_owned(), |ms| ms.to_string()))
+    };
+    let mut columns: Vec<Column> = Vec::new();
+    if fault.cluster() {
+        columns.push(("replica took the slot", ms(|r| r.claimed)));
+        columns.push(("Redis failover (every node switched)", ms(|r| r.redis)));
     } else {
-        println!("\nSENTINEL FAILOVER; times in ms from the request\n");
-        print!("| round | Redis failover | first acquire (any) | first on the new primary ");
-        print!("| overhead | attempts | granted by the old primary after Redis switched ");
-        println!("| scripts run by the old primary in the burst | not counted |");
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        columns.push(("Redis failover", ms(|r| r.redis)));
     }
+    let ours = match (fault.planned(), fault.cluster()) {
+        (false, false) => "our first acquire",
+        (true, false) => "first on the new primary",
+        (_, true) => "our first acquire+release",
+    };
+    if fault.planned() {
+        columns.push(("first acquire (any)", ms(|r| r.first_any)));
+    }
+    columns.push((ours, ms(|r| r.first_new)));
+    columns.push(("overhead", ms(Round::overhead)));
+    if fault.cluster() {
+        columns.push((
+            "overhead after the replica took the slot",
+            ms(Round::overhead_after_claim),
+        ));
+        columns.push(("ours, one name retried", ms(|r| r.first_same)));
+    }
+    columns.push(("attempts", Box::new(|r| r.attempts.to_string())));
+    if fault.planned() {
+        let late = "granted by the old primary after Redis switched";
+        let late_cell = |r: &Round| {
+            r.old_grants_after_switch()
+                .map_or("—".to_owned(), |n| n.to_string())
+        };
+        columns.push((late, Box::new(late_cell)));
+        let cluster = fault.cluster();
+        let burst = move |r: &Round| match r.burst {
+            Some((n, still_primary)) if still_primary || cluster => n.to_string(),
+            Some((n, _)) => format!("{n} (demoted by its end)"),
+            None => "not run".to_owned(),
+        };
+        let heading = if cluster {
+            "scripts sent to the old primary in the burst"
+        } else {
+            "scripts run by the old primary in the burst"
+        };
+        columns.push((heading, Box::new(burst)));
+    }
+    columns
+}
+
+fn print_header(fault: Fault) {
+    let from = if fault.planned() {
+        "the request"
+    } else {
+        "the kill"
+    };
+    println!("\n{}; times in ms from {from}\n", fault.title());
+    let columns = columns(fault);
+    let headings: Vec<&str> = columns.iter().map(|(heading, _)| *heading).collect();
+    println!("| round | {} | not counted |", headings.join(" | "));
+    println!("|---|{}---|", "---:|".repeat(columns.len()));
 }
 
 fn print_row(fault: Fault, round: usize, r: &Round) {
-    let (redis_ms, ours, attempts) = (cell(r.redis), cell(r.first_new), r.attempts);
-    let over = r.overhead().map_or("—".to_owned(), |o| o.to_string());
-    let errors = errors_text(&r.errors);
-    if fault == Fault::KillPrimary {
-        println!("| {round} | {redis_ms} | {ours} | {over} | {attempts} | {errors} |");
-        return;
-    }
-    let burst = match r.burst {
-        Some((n, true)) => n.to_string(),
-        Some((n, false)) => format!("{n} (demoted by its end)"),
-        None => "not run".to_owned(),
-    };
-    let late = r
-        .old_grants_after_switch()
-        .map_or("—".to_owned(), |n| n.to_string());
-    let any = cell(r.first_any);
-    print!("| {round} | {redis_ms} | {any} | {ours} | {over} | {attempts} | {late} ");
-    println!("| {burst} | {errors} |");
+    let cells: Vec<String> = columns(fault).iter().map(|(_, cell)| cell(r)).collect();
+    println!(
+        "| {round} | {} | {} |",
+        cells.join(" | "),
+        errors_text(&r.errors)
+    );
 }
 
 fn print_summary(fault: Fault, rounds: &[Round]) {
-    let title = match fault {
-        Fault::KillPrimary => "primary SIGKILLed",
-        Fault::PlannedFailover => "SENTINEL FAILOVER",
-    };
+    let title = fault.title();
     println!("\nSummary, {title} ({} rounds), ms\n", rounds.len());
     println!("| | median | min | max | never |\n|---|---:|---:|---:|---:|");
-    let figures: [(&str, Figure); 3] = [
-        ("Redis failover", |r| r.redis),
-        ("our first acquire on the new primary", |r| r.first_new),
-        ("our overhead", Round::overhead),
-    ];
+    let mut figures: Vec<(&str, Figure)> = Vec::new();
+    if fault.cluster() {
+        figures.push(("replica took the slot", |r| r.claimed));
+        figures.push(("Redis failover (every node switched)", |r| r.redis));
+        figures.push(("our first acquire+release", |r| r.first_new));
+        figures.push(("our overhead", Round::overhead));
+        figures.push((
+            "our overhead after the replica took the slot",
+            Round::overhead_after_claim,
+        ));
+        figures.push(("ours, one name retried", |r| r.first_same));
+    } else {
+        figures.push(("Redis failover", |r| r.redis));
+        figures.push(("our first acquire on the new primary", |r| r.first_new));
+        figures.push(("our overhead", Round::overhead));
+    }
     for (what, figure) in figures {
         let mut known: Vec<i64> = rounds.iter().filter_map(figure).collect();
         let never = rounds.len() - known.len();
