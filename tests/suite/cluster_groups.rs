@@ -2,19 +2,21 @@
 //! clusters as the members of a RedLock and a MultiLock, replica sync
 //! (`WAIT`) on a lock's shard, fencing tokens across a `CLUSTER FAILOVER`,
 //! and sharded pub/sub shared with clients that are not ours (Redisson's
-//! `SSUBSCRIBE` / `SPUBLISH` on `redisson_lock__channel:{name}`).
+//! `SSUBSCRIBE` / `SPUBLISH` on `redisson_lock__channel:{name}`), and
+//! `lost()` when a failover loses the hold (the replica never got it).
 //!
 //! The Sentinel equivalents are `sentinel_groups.rs`; failovers and slot
 //! migrations under held locks are `cluster_failover.rs`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::{Stream, StreamExt};
 use multilock::testkit::RedisCluster;
 use multilock::{Client, Error, Node};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::cluster::{cluster, cluster_node, name_per_shard, wait_for_subscribers};
-use crate::cluster_failover::on_replica;
+use crate::cluster_failover::{on_replica, owned};
 use crate::common::*;
 
 /// The URL of the primary serving `name` now.
@@ -280,4 +282,164 @@ async fn an_external_ssubscribe_client_hears_our_release() {
     assert_ne!(fields[0], foreign_field);
     guard.unlock().await.unwrap();
     assert!(!exists(&url, name).await);
+}
+
+/// The next item of `stream` that `wanted` accepts, if one comes within
+/// `limit`.
+async fn next_within<S: Stream + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+    wanted: impl Fn(&S::Item) -> bool,
+) -> Option<S::Item> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let item = tokio::time::timeout_at(deadline, stream.next())
+            .await
+            .ok()??;
+        if wanted(&item) {
+            return Some(item);
+        }
+    }
+}
+
+/// A killed primary whose replica never got the hold: the replica is
+/// frozen and its link cut (`CLIENT KILL TYPE replica` on the primary: a
+/// frozen replica's socket alone would still buffer the stream, and it
+/// would read the hold on waking) before the grant, then the primary is
+/// killed and the replica, woken, takes over without the key. `lost()`
+/// fires; the watchdog's renewal reaches the new primary, finds the hold
+/// gone, writes nothing and stops renewing it; a rival is granted at once
+/// while the lost guard still lives, and the lost guard's unlock
+/// (`NotHeld`) leaves the rival's hold alone.
+///
+/// The watchdog timeout (10 s) outlasts the failover (about 2.5 s) by far:
+/// a hold that had reached the replica would still live there when it is
+/// looked for, so its absence shows it was lost, not that it expired (with
+/// a 2 s lease it would have expired either way, and the test could not
+/// tell). It also means `lost()` fires from the renewals the dead primary
+/// leaves unanswered or from the one that finds the hold gone, never from
+/// a lease running out.
+///
+/// How it fails: a hold that reached the replica after all (the link cut
+/// after the grant instead of before) is found on the new primary and keeps
+/// the rival out; a renewal that recreated a missing hold (`HSET` or
+/// `HINCRBY` where it should only `PEXPIRE` an existing field) writes the
+/// key on the new primary (MONITOR shows the script's write, `EXISTS` the
+/// key), is renewed again every tick and keeps the rival out; a watchdog
+/// that took the answer "gone" for a failed renewal (the hold merely
+/// unproven) renews it again a period later; one that never follows the
+/// failover never renews on the new primary; and a lost guard whose unlock
+/// released the field anyway would end the rival's hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lossy_cluster_failover_fires_lost() {
+    const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(10);
+    let renewal_period = WATCHDOG_TIMEOUT / 3;
+    let mut cluster = cluster().await;
+    let node = cluster_node(&cluster);
+    let client = client_with_watchdog(WATCHDOG_TIMEOUT);
+    // Not on node 0, the node's seed.
+    let name = name_per_shard(&cluster).await.swap_remove(1);
+    let primary = cluster.primary_for_key(&name).await.unwrap();
+    let replica = cluster.replica_of(primary).await.unwrap();
+    let primary_url = cluster.nodes()[primary].url();
+    let replica_url = cluster.nodes()[replica].url();
+    let holder = owned(&client, &node, &name, "holder");
+    holder.lock().await.unwrap().unlock().await.unwrap(); // connected
+
+    // Cut the replica off, then take the lock: the hold reaches no replica.
+    cluster.pause(replica).await.unwrap();
+    let cut: u64 = run(
+        &primary_url,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cut, 1, "the primary dropped its replica's link");
+    let guard = holder.lock().await.unwrap();
+    let acquired = Instant::now();
+    assert!(exists(&primary_url, &name).await, "held on the primary");
+    cluster.kill(primary).await.unwrap();
+    let killed = Instant::now();
+    cluster.unpause(replica).await.unwrap();
+    let mut watched = monitor(&replica_url).await;
+    // The new primary is looked at as soon as the cluster is healthy again,
+    // while `lost()` is awaited alongside.
+    let (healthy, lost) = futures::join!(
+        async {
+            cluster.wait_until_healthy().await.unwrap();
+            let healthy = killed.elapsed();
+            assert_eq!(cluster.primary_for_key(&name).await.unwrap(), replica);
+            assert!(
+                !exists(&replica_url, &name).await,
+                "the hold did not die with the primary: {name} is on the new primary {replica_url}"
+            );
+            let looked = acquired.elapsed();
+            assert!(
+                looked + Duration::from_secs(2) < WATCHDOG_TIMEOUT,
+                "looked for the hold {looked:?} after the grant: too late to tell a lost hold from an expired one"
+            );
+            healthy
+        },
+        async {
+            tokio::time::timeout(Duration::from_secs(20), guard.lost())
+                .await
+                .expect("lost() fires once the hold is gone");
+            killed.elapsed()
+        },
+    );
+
+    // The renewal on the new primary: its script reads the field (`HGET`),
+    // finds it gone, and writes nothing.
+    let renewal = next_within(&mut watched, Duration::from_secs(20), |line| {
+        line.from_script && line.has_arg(&name)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no renewal of {name} reached the new primary"));
+    assert_eq!(renewal.command(), "hget", "{renewal:?}");
+    let renewed = killed.elapsed();
+    // Through one and a half renewal periods: a hold found gone is renewed
+    // no more (no script call on the name, nor a command run by one).
+    let again = next_within(&mut watched, renewal_period * 3 / 2, |line| {
+        let script = line.from_script || line.command().starts_with("eval");
+        script && line.has_arg(&name)
+    })
+    .await;
+    assert!(
+        again.is_none(),
+        "the watchdog went on with a hold found gone: {again:?}"
+    );
+    drop(watched);
+    assert!(
+        !exists(&replica_url, &name).await,
+        "the renewal recreated the lost hold"
+    );
+    assert!(
+        guard.nodes().is_empty(),
+        "still held on {:?}",
+        guard.nodes()
+    );
+    assert!(guard.valid_until().is_none());
+    tracing::info!(?healthy, ?lost, ?renewed, "after the kill of the primary");
+
+    // The lost guard still lives: a rival is granted at once.
+    let rival = owned(&client, &node, &name, "rival");
+    let rivals = rival
+        .try_lock_for(PATIENCE, Some(LONG_LEASE))
+        .await
+        .unwrap()
+        .expect("the lost lock is free for a rival");
+    assert!(
+        exists(&replica_url, &name).await,
+        "granted on the new primary"
+    );
+    let err = guard.unlock().await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { .. }), "{err:?}");
+    assert_eq!(
+        rival.hold_count().await.unwrap(),
+        1,
+        "the rival still holds"
+    );
+    assert_eq!(holder.hold_count().await.unwrap(), 0);
+    rivals.unlock().await.unwrap();
+    assert!(!exists(&replica_url, &name).await);
 }
