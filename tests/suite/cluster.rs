@@ -107,7 +107,6 @@ async fn a_name_whose_keys_span_slots_is_refused_when_built() {
         Node::cluster(Vec::<String>::new()).build().is_err(),
         "no seed"
     );
-    let _ = ShardedPubSub::Off;
 }
 
 /// Holds on every shard, renewed by one client's watchdog: its batches go
@@ -139,5 +138,65 @@ async fn the_watchdog_renews_holds_on_every_shard() {
     }
     for guard in guards {
         guard.unlock().await.unwrap();
+    }
+}
+
+/// `ShardedPubSub`: Auto (Redis 7 here) and On publish with `SPUBLISH` and
+/// wait with `SSUBSCRIBE`; Off keeps the classic, cluster-wide kind. Each
+/// way, a waiter is woken by the release (the holder's lease is long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_pubsub_mode_publishes_its_way_and_wakes_waiters() {
+    let cluster = cluster().await;
+    let client = client();
+    for (mode, sharded) in [
+        (ShardedPubSub::Auto, true),
+        (ShardedPubSub::On, true),
+        (ShardedPubSub::Off, false),
+    ] {
+        let node = Node::cluster(cluster.seed_urls())
+            .sharded_pubsub(mode)
+            .connect_timeout(NODE_TIMEOUT)
+            .response_timeout(NODE_TIMEOUT)
+            .build()
+            .unwrap();
+        let name = format!("modes:{mode:?}");
+        let url = cluster.nodes()[cluster.primary_for_key(&name).await.unwrap()].url();
+        let before = command_calls(&url).await;
+        let guard = client
+            .lock(&node, &name)
+            .unwrap()
+            .lock_with_lease(LONG_LEASE)
+            .await
+            .unwrap();
+        let rival = client.lock(&node, &name).unwrap();
+        let waiter = tokio::spawn(async move { rival.lock_with_lease(LONG_LEASE).await });
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        eventually(
+            PATIENCE,
+            |n: &i64| format!("{mode:?}: {n} subscribers of {channel}"),
+            || async {
+                let count = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+                let listed: Vec<redis::Value> =
+                    run(&url, redis::cmd("PUBSUB").arg(count).arg(&channel))
+                        .await
+                        .map_err(|_| -1)?;
+                match listed.get(1) {
+                    Some(redis::Value::Int(n)) if *n > 0 => Ok(()),
+                    Some(redis::Value::Int(n)) => Err(*n),
+                    _ => Err(-1),
+                }
+            },
+        )
+        .await;
+        guard.unlock().await.unwrap();
+        let woken = tokio::time::timeout(PATIENCE, waiter).await;
+        let won = woken.expect("the waiter was woken").unwrap().unwrap();
+        won.unlock().await.unwrap();
+        let after = command_calls(&url).await;
+        let delta = |cmd: &str| after.get(cmd).unwrap_or(&0) - before.get(cmd).unwrap_or(&0);
+        match sharded {
+            true => assert!(delta("spublish") >= 2 && delta("publish") == 0, "{mode:?}"),
+            false => assert!(delta("publish") >= 2 && delta("spublish") == 0, "{mode:?}"),
+        }
     }
 }
