@@ -35,6 +35,9 @@ pub struct NodeBuilder {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) keepalive: Duration,
+    /// A certificate authority (PEM) trusted for TLS, besides the webpki
+    /// roots' (`tls_root_cert`).
+    pub(super) tls_root_cert: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for NodeBuilder {
@@ -112,6 +115,28 @@ impl NodeBuilder {
         self
     }
 
+    /// Trusts the certificate authority `pem` (PEM) for the node's TLS
+    /// connections, besides the webpki roots (feature `tls`): a server
+    /// with a private CA's certificate. For a URL node with a `rediss://`
+    /// URL, a Sentinel node's data nodes (with
+    /// [`tls`](NodeBuilder::tls)) and a Cluster node's shards (with
+    /// `rediss://` seeds).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let ca = std::fs::read("ca.crt").unwrap();
+    /// let node = multilock::Node::builder("rediss://redis.internal:6380")
+    ///     .tls_root_cert(ca)
+    ///     .build()?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
     /// Validates the settings and builds the node. Nothing is sent.
     ///
     /// # Errors
@@ -122,7 +147,7 @@ impl NodeBuilder {
     /// timeout or keepalive; for a Sentinel node also an empty master name,
     /// no sentinel URL, or TLS to the data nodes without the `tls` feature;
     /// and the data-node settings (`username`, `password`, `database`,
-    /// `tls`) on a URL node.
+    /// `tls`) on a URL node; a TLS root certificate that is not PEM.
     pub fn build(self) -> Result<Node> {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size must be at least 1"));
@@ -144,7 +169,27 @@ impl NodeBuilder {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             keepalive: self.keepalive,
+            tls_root_cert: self.tls_root_cert.clone(),
         };
+        if let Some(pem) = &settings.tls_root_cert {
+            // redis-rs takes a PEM without certificates as an empty list.
+            let probe = connection_info("redis://127.0.0.1:6379")?.set_addr(
+                redis::ConnectionAddr::TcpTls {
+                    host: "127.0.0.1".into(),
+                    port: 6379,
+                    insecure: false,
+                    tls_params: None,
+                },
+            );
+            let marked = pem
+                .windows(b"-----BEGIN CERTIFICATE-----".len())
+                .any(|w| w == b"-----BEGIN CERTIFICATE-----");
+            if !marked || super::open_client(probe, Some(pem)).is_err() {
+                return Err(Error::invalid(
+                    "the TLS root certificate is not a PEM certificate",
+                ));
+            }
+        }
         let (addr, target) = self.target(&settings)?;
         let server = match &target {
             #[cfg(feature = "cluster")]
@@ -164,6 +209,7 @@ pub(crate) struct ShardSettings {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) keepalive: Duration,
+    pub(crate) tls_root_cert: Option<Vec<u8>>,
 }
 
 impl Node {
@@ -189,6 +235,7 @@ impl Node {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             keepalive: DEFAULT_KEEPALIVE,
+            tls_root_cert: None,
         }
     }
 
@@ -262,7 +309,6 @@ impl NodeBuilder {
             }
             return source.target(settings.clone());
         }
-        let _ = settings;
         #[cfg(feature = "sentinel")]
         if let Some(source) = &self.sentinel {
             if !self.url.is_empty() {
@@ -270,10 +316,11 @@ impl NodeBuilder {
                     "username, password, database and tls are a Sentinel node's settings: a URL node takes them from its URL",
                 ));
             }
-            return source.target(self.connect_timeout, self.response_timeout);
+            return source.target(settings);
         }
         let info = connection_info(&self.url)?;
-        let client = redis::Client::open(info.clone()).map_err(|_| {
+        let root_cert = settings.tls_root_cert.as_deref();
+        let client = super::open_client(info.clone(), root_cert).map_err(|_| {
             let shown = redact_url(&self.url);
             Error::invalid(format!("Redis URL {shown:?} is not usable"))
         })?;

@@ -356,6 +356,24 @@ pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo> {
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
 }
 
+/// A client for `info`, trusting `root_cert` (PEM) too when it is a TLS
+/// address and one is given (feature `tls`).
+pub(crate) fn open_client(
+    info: ConnectionInfo,
+    root_cert: Option<&[u8]>,
+) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let (Some(pem), ConnectionAddr::TcpTls { .. }) = (root_cert, info.addr()) {
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        };
+        return redis::Client::build_with_tls(info, certs);
+    }
+    let _ = root_cert;
+    redis::Client::open(info)
+}
+
 /// `host:port` of a connection's address, as nodes are named.
 pub(crate) fn addr_of(info: &ConnectionInfo) -> String {
     match info.addr() {

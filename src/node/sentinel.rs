@@ -42,6 +42,7 @@ pub(crate) struct SentinelPrimary {
     /// How to connect to a data node: everything but the address.
     data: ConnectionInfo,
     data_tls: bool,
+    data_root_cert: Option<Vec<u8>>,
     connect_timeout: Duration,
     response_timeout: Duration,
     current: Mutex<Option<Primary>>,
@@ -71,6 +72,8 @@ pub(crate) struct SentinelSettings {
     pub(crate) sentinels: Vec<ConnectionInfo>,
     pub(crate) data: ConnectionInfo,
     pub(crate) data_tls: bool,
+    /// A certificate authority (PEM) the data nodes' TLS may be signed by.
+    pub(crate) data_root_cert: Option<Vec<u8>>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
 }
@@ -105,6 +108,7 @@ impl SentinelPrimary {
             sentinels,
             data: settings.data,
             data_tls: settings.data_tls,
+            data_root_cert: settings.data_root_cert,
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
             current: Mutex::new(None),
@@ -181,8 +185,10 @@ impl SentinelPrimary {
             },
         };
         let info = self.data.clone().set_addr(addr);
-        // Opening a client does no I/O and cannot fail for a TCP address.
-        let client = redis::Client::open(info).expect("a TCP connection info");
+        // Opening a client does no I/O and cannot fail for a TCP address
+        // (a root certificate was checked when the node was built).
+        let client = super::open_client(info, self.data_root_cert.as_deref())
+            .expect("a TCP connection info");
         let from = current
             .as_ref()
             .map(|p| format!("{}:{}", p.host, p.port))
@@ -376,8 +382,7 @@ impl SentinelSource {
     /// Validates the settings; the node's name and target.
     pub(crate) fn target(
         &self,
-        connect_timeout: Duration,
-        response_timeout: Duration,
+        node: &super::ShardSettings,
     ) -> crate::Result<(String, super::target::Target)> {
         use crate::Error;
         if self.master.is_empty() {
@@ -414,8 +419,9 @@ impl SentinelSource {
             sentinels,
             data,
             data_tls: self.tls,
-            connect_timeout,
-            response_timeout,
+            data_root_cert: node.tls_root_cert.clone(),
+            connect_timeout: node.connect_timeout,
+            response_timeout: node.response_timeout,
         })
         .map_err(|_| Error::invalid("a sentinel URL is not usable"))?;
         let name = primary.node.clone();

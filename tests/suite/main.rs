@@ -35,6 +35,8 @@ mod scoped;
 mod sentinel;
 #[cfg(feature = "sentinel")]
 mod sentinel_groups;
+#[cfg(all(feature = "sentinel", feature = "tls"))]
+mod sentinel_tls;
 mod waiting;
 mod watchdog;
 mod wire;

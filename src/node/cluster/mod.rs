@@ -161,6 +161,12 @@ impl ClusterMap {
         &self.name
     }
 
+    /// A certificate authority (PEM) the shards' TLS may be signed by.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_root_cert(&self) -> Option<&[u8]> {
+        self.settings.tls_root_cert.as_deref()
+    }
+
     pub(crate) fn identity(&self) -> Arc<ServerIdentity> {
         self.identity.clone()
     }
@@ -319,7 +325,7 @@ impl ClusterMap {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.settings.connect_timeout))
             .set_response_timeout(Some(self.settings.response_timeout));
-        let mut conn = redis::Client::open(info)?
+        let mut conn = super::open_client(info, self.settings.tls_root_cert.as_deref())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let (slots, server): (Value, String) = redis::pipe()
@@ -414,8 +420,10 @@ impl ClusterMap {
             return i;
         }
         let info = self.shard_info(&addr);
-        // Opening a client does no I/O and cannot fail for a TCP address.
-        let client = redis::Client::open(info).expect("a TCP connection info");
+        // Opening a client does no I/O and cannot fail for a TCP address
+        // (a root certificate was checked when the node was built).
+        let client = super::open_client(info, self.settings.tls_root_cert.as_deref())
+            .expect("a TCP connection info");
         let target = super::target::Target::Shard(Arc::new(ShardTarget {
             client,
             map: self.me.clone(),

@@ -69,7 +69,16 @@ pub(super) async fn to_cluster(
             err.to_string(),
         )));
     }
-    let client = redis::cluster::ClusterClientBuilder::new(map.contact_points())
+    let builder = redis::cluster::ClusterClientBuilder::new(map.contact_points());
+    #[cfg(feature = "tls")]
+    let builder = match map.tls_root_cert() {
+        Some(pem) => builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        }),
+        None => builder,
+    };
+    let client = builder
         .use_protocol(redis::ProtocolVersion::RESP3)
         .connection_timeout(connect_timeout)
         .response_timeout(response_timeout)
