@@ -212,8 +212,9 @@ async fn script_calls(url: &str) -> u64 {
         .sum()
 }
 
-/// Our sharded pub/sub is Redisson's: a foreign `SSUBSCRIBE` of the lock's
-/// channel on its primary hears our release (`0`), and a foreign release
+/// Our sharded pub/sub and hash are Redisson's: Redisson's acquire, sent
+/// raw, is refused while we hold; a foreign `SSUBSCRIBE` of the lock's
+/// channel on its primary hears our release (`0`); and a foreign release
 /// (the hash deleted, then `SPUBLISH` of `0`) wakes our waiter, long before
 /// the foreign hold's minute would have run out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,6 +228,18 @@ async fn an_external_ssubscribe_client_hears_our_release() {
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let lock = client.lock(&node, name).unwrap();
     let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    // Redisson's own acquire, sent as a Redisson client sends it, is
+    // refused while we hold: it answers the lock's TTL, not nil (granted).
+    let mut redisson = raw(&primary_url(&cluster, name).await).await;
+    let refused: Option<i64> =
+        multilock::testkit::redisson::acquire(name, "6f0c9a5e-redisson:1", LONG_LEASE)
+            .invoke_async(&mut redisson)
+            .await
+            .unwrap();
+    assert!(
+        refused.is_some_and(|ttl| ttl > 0),
+        "Redisson granted over our hold: {refused:?}"
+    );
     let mut heard = ssubscribe_raw(&primary_url(&cluster, name).await, &channel);
     let confirmed = tokio::time::timeout(PATIENCE, heard.recv()).await;
     let confirmed = confirmed.expect("SSUBSCRIBE confirmed").unwrap();
