@@ -199,12 +199,16 @@ impl ClusterMap {
         self.poller.check_soon();
     }
 
-    /// Where the subscription's cluster connection starts: the shards
-    /// known, then the seeds.
+    /// Where the map is asked for, and the subscription's cluster
+    /// connection starts: the shards known (those that answer first: a
+    /// frozen one would hold each question for a whole timeout), then the
+    /// seeds.
     pub(crate) fn contact_points(&self) -> Vec<ConnectionInfo> {
         let view = self.view.read().unwrap();
-        let known = view.shards.iter().map(|s| self.shard_info(&s.addr));
-        let mut points: Vec<ConnectionInfo> = known.collect();
+        let mut known: Vec<&Shard> = view.shards.iter().collect();
+        known.sort_by_key(|s| s.node.health() != super::Health::Healthy);
+        let mut points: Vec<ConnectionInfo> =
+            known.iter().map(|s| self.shard_info(&s.addr)).collect();
         points.extend(self.seeds.iter().cloned());
         points
     }
