@@ -63,34 +63,9 @@ async fn acl_user_and_password() {
 #[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_end_to_end() {
-    use std::process::Command;
-
     let dir = std::env::temp_dir().join(format!("multilock-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, key) = crate::common::self_signed_cert(&dir);
     let (cert_arg, key_arg) = (cert.display().to_string(), key.display().to_string());
     let server = RedisProcess::start_with_args(move |port| {
         vec![

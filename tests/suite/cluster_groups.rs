@@ -203,15 +203,6 @@ fn ssubscribe_raw(url: &str, channel: &str) -> UnboundedReceiver<Vec<String>> {
     rx
 }
 
-/// Calls of EVALSHA and EVAL (every lock request) so far at `url`.
-async fn script_calls(url: &str) -> u64 {
-    let calls = command_calls(url).await;
-    ["evalsha", "eval"]
-        .iter()
-        .map(|c| calls.get(*c).copied().unwrap_or(0))
-        .sum()
-}
-
 /// Our sharded pub/sub and hash are Redisson's: Redisson's acquire, sent
 /// raw, is refused while we hold; a foreign `SSUBSCRIBE` of the lock's
 /// channel on its primary hears our release (`0`); and a foreign release

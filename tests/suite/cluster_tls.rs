@@ -4,7 +4,6 @@
 //! plain port, which the test uses to look at it, and on a TLS port, which
 //! the node uses; the cluster bus is TLS too.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -22,16 +21,6 @@ const READY: Duration = Duration::from_secs(30);
 
 /// The slots of the three primaries, split as `redis-cli --cluster create` does.
 const SHARDS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
-
-/// A free loopback port, not reserved: the server started on it exits if
-/// another program took it first, and `start_with_args` tries again.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One cluster node: its process (on its plain port), its TLS port and its
 /// cluster bus port.
@@ -196,35 +185,10 @@ async fn wait_for_shard_subscriber(url: &str, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_tls_locks_and_wakes_waiters() {
-    use std::process::Command;
-
     init_tracing();
     let dir = std::env::temp_dir().join(format!("multilock-cluster-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, key) = self_signed_cert(&dir);
 
     let nodes = futures::future::join_all((0..3).map(|_| start_node(&cert, &key))).await;
     join(&nodes).await;

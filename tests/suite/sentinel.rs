@@ -45,15 +45,6 @@ fn node_name(group: &SentinelGroup) -> String {
     format!("sentinel/mymaster@{}", lowest.unwrap())
 }
 
-/// Calls of EVALSHA and EVAL (every lock request) so far at `url`.
-async fn script_calls(url: &str) -> u64 {
-    let calls = command_calls(url).await;
-    ["evalsha", "eval"]
-        .iter()
-        .map(|c| calls.get(*c).copied().unwrap_or(0))
-        .sum()
-}
-
 /// Takes and releases `lock` until its key shows on the data node at `url`
 /// while held (a direct query): the node's requests go there now. Panics
 /// after `limit`. Returns how long it took.

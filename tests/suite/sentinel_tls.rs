@@ -15,7 +15,6 @@
 //! a URL node to the same primary, checked first (the URL node with
 //! `#insecure` shows the group and the checks work on their own).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -34,16 +33,6 @@ const READY: Duration = Duration::from_secs(30);
 
 /// The name the sentinels monitor the primary under.
 const MASTER: &str = "mymaster";
-
-/// A free loopback port, not reserved: a server started on it exits if
-/// another program took it first, and its start is tried again.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A test CA, and a server certificate it signs for `127.0.0.1` (CN and IP
 /// SAN: what the sentinels name), not a CA itself: a certificate a client

@@ -352,3 +352,54 @@ pub async fn take_and_release<L: multilock::DistributedLock>(lock: &L, wait: Dur
         .await
         .unwrap();
 }
+
+/// Script calls (EVALSHA and EVAL: every lock request) so far at `url`.
+pub async fn script_calls(url: &str) -> u64 {
+    let calls = command_calls(url).await;
+    ["evalsha", "eval"]
+        .iter()
+        .map(|c| calls.get(*c).copied().unwrap_or(0))
+        .sum()
+}
+
+#[cfg(feature = "tls")]
+/// A free loopback port, not reserved: a server started on it exits if
+/// another program took it first, and its start is tried again.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[cfg(feature = "tls")]
+/// A self-signed certificate and its key for `localhost`, made by
+/// `openssl` in `dir`, valid a day: `(cert, key)`.
+pub fn self_signed_cert(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
