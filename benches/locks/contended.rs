@@ -250,7 +250,7 @@ async fn fair_limit_cycle(servers: &Servers, iterations: usize) -> BenchResult<f
         if released != Some(1) {
             return Err(format!("the fair limit did not hold {name}").into());
         }
-        crate::contenders::delete_latch_unawaited(&conn, name, &request);
+        crate::contenders::delete_latch_unawaited(&conn, name, &request).await?;
         samples.push(nanos(started.elapsed()));
     }
     Ok(Latencies::new(samples).p50())

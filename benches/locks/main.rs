@@ -236,7 +236,10 @@ struct Settings {
     only: Option<Vec<String>>,
     /// Uncontended lock+unlock: untimed warm-up per contender, then timed
     /// iterations split into rounds that alternate between the contenders, so
-    /// that drift in the machine's state hits every contender alike.
+    /// that drift in the machine's state hits every contender alike. Short
+    /// rounds (50 lock+unlock each in the full run): this VM's wake-up
+    /// latency drifts by 10–20 % over seconds, and rounds of 500 let one
+    /// contender's batch land in a slow spell and another's in a fast one.
     warmup: usize,
     iterations: usize,
     rounds: usize,
@@ -316,7 +319,7 @@ impl Settings {
                 only,
                 warmup: 300,
                 iterations: 4_000,
-                rounds: 8,
+                rounds: 80,
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(1500),
                 many_keys_rounds: (12, Duration::from_millis(500)),

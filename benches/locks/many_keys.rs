@@ -1,9 +1,11 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
 //! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
 //! servers' CPU per acquisition. Beside the 1-node K=64 case, K readers of
-//! one read-write lock, and K readers sending Redisson's own read-lock
-//! scripts on a bare connection (reads/s and server CPU per read).
+//! one read-write lock, K readers each of its own, and K readers sending the
+//! crate's or Redisson's read-lock scripts on a bare connection (reads/s and
+//! server CPU per read).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -183,63 +185,111 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 ratio <= 1.0,
             );
             // Reads do not serialize: K readers of one read-write lock go
-            // about as fast as K tasks on their own locks. Beside them, in
-            // turns, K readers sending Redisson's own read-lock scripts.
-            let mut reads = Vec::with_capacity(rounds);
-            let mut read_cpus = Vec::with_capacity(rounds);
-            let (mut limit_reads, mut limit_cpus) = (Vec::new(), Vec::new());
+            // about as fast as K readers each of a lock of its own (the same
+            // scripts, nothing shared). Beside them, in turns: the same
+            // readers on bare connections sending the crate's read scripts
+            // (the limit), and sending Redisson's own read-lock scripts.
+            const READERS: [&str; 4] = ["one lock", "Redisson", "crate scripts", "own locks"];
+            let mut reads = [const { Vec::new() }; READERS.len()];
+            let mut read_cpus = [const { Vec::new() }; READERS.len()];
             for round in 0..rounds {
-                for turn in 0..2 {
-                    let ours = (round + turn) % 2 == 0;
-                    let readers = |_| -> BenchResult<Contender> {
-                        if !ours {
-                            let name = "bench:readers:redisson".to_owned();
-                            let limit = Limit::new(conns.clone(), name, Protocol::RedissonRead);
-                            return Ok(Contender::Limit(limit));
-                        }
-                        let lock = client.read_write_lock(&nodes[0], "bench:readers")?;
-                        Ok(Contender::multilock(AnyLock::Single(lock.read().clone())))
+                for turn in 0..READERS.len() {
+                    let which = (round + turn) % READERS.len();
+                    let readers = |i: usize| -> BenchResult<Contender> {
+                        let protocol = match which {
+                            1 => Protocol::RedissonRead,
+                            2 => Protocol::CrateRead,
+                            _ => {
+                                let name = if which == 0 {
+                                    "bench:readers".to_owned()
+                                } else {
+                                    format!("bench:readers:own:{i}")
+                                };
+                                let lock = client.read_write_lock(&nodes[0], name)?;
+                                let read = lock.read().clone();
+                                return Ok(Contender::multilock(AnyLock::Single(read)));
+                            }
+                        };
+                        let name = format!("bench:readers:{protocol:?}");
+                        Ok(Contender::Limit(Limit::new(conns.clone(), name, protocol)))
                     };
                     let cpu_before = servers.cpu_seconds_of(n).await?;
                     let (rate, acquisitions) = many_locks(readers, k, run_for).await?;
                     let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
-                    let cpu = cpu * 1e6 / acquisitions.max(1) as f64;
-                    let (rates, cpus) = if ours {
-                        (&mut reads, &mut read_cpus)
-                    } else {
-                        (&mut limit_reads, &mut limit_cpus)
-                    };
-                    rates.push(rate);
-                    cpus.push(cpu);
+                    reads[which].push(rate);
+                    read_cpus[which].push(cpu * 1e6 / acquisitions.max(1) as f64);
                 }
             }
-            let read_rate = median(&reads);
-            let limit_rate = median(&limit_reads);
+            let read_rate = reads.each_ref().map(|rates| median(rates));
+            let read_cpu = read_cpus.each_ref().map(|cpus| median(cpus));
             let readers_case = format!("1 node, {k} readers of one read-write lock");
+            let own_case = format!("1 node, {k} readers, each of its own read-write lock");
+            let limits = |figures: &[f64; 4]| {
+                vec![Some(Cell::of(figures[1])), Some(Cell::of(figures[2])), None]
+            };
             table.row(
                 format!("{readers_case}, reads/s (Redisson: its read-lock scripts)"),
                 Unit::PerSecond,
-                Cell::of(read_rate),
-                vec![Some(Cell::of(limit_rate)), None, None],
+                Cell::of(read_rate[0]),
+                limits(&read_rate),
             );
             table.row(
                 format!("{readers_case}: server CPU per read, µs"),
                 Unit::Micros,
-                Cell::of(median(&read_cpus)),
-                vec![Some(Cell::of(median(&limit_cpus))), None, None],
+                Cell::of(read_cpu[0]),
+                limits(&read_cpu),
             );
-            report.notes.push(format!(
-                "(c) {readers_case}, {rounds} rounds of {} ms, taking turns with {k} readers \
-                 sending Redisson 3.24+'s read-lock scripts on one bare connection (read \
-                 acquire, read unlock with its latch, the latch's DEL not awaited): reads/s of \
-                 multilock {}; of the Redisson read limit {}; server CPU per read, µs, of \
-                 multilock {}; of the Redisson read limit {}.",
+            table.row(
+                format!("{own_case}, reads/s"),
+                Unit::PerSecond,
+                Cell::of(read_rate[3]),
+                vec![None, None, None],
+            );
+            table.row(
+                format!("{own_case}: server CPU per read, µs"),
+                Unit::Micros,
+                Cell::of(read_cpu[3]),
+                vec![None, None, None],
+            );
+            let mut note = format!(
+                "(c) {k} readers, {rounds} rounds of {} ms, taking turns: of one read-write lock \
+                 (multilock), sending Redisson 3.24+'s read-lock scripts on one bare connection \
+                 (read acquire, read unlock with its latch, the latch's DEL not awaited), \
+                 sending the crate's read scripts on it, and of a read-write lock each \
+                 (multilock).",
                 run_for.as_millis(),
-                listed(&reads, group),
-                listed(&limit_reads, group),
-                listed(&read_cpus, |v| format!("{v:.1}")),
-                listed(&limit_cpus, |v| format!("{v:.1}")),
-            ));
+            );
+            for (label, (rates, cpus)) in READERS.iter().zip(reads.iter().zip(&read_cpus)) {
+                let _ = write!(
+                    note,
+                    " {label}: reads/s {}, server CPU per read (µs) {};",
+                    listed(rates, group),
+                    listed(cpus, |v| format!("{v:.1}"))
+                );
+            }
+            report.notes.push(note);
+            report.target(
+                "(c)",
+                format!("{k} readers of one read-write lock ≥ 0.95 × the crate's read scripts on a bare connection"),
+                format!(
+                    "{}/s vs {}/s: {:.2}×",
+                    group(read_rate[0]),
+                    group(read_rate[2]),
+                    read_rate[0] / read_rate[2]
+                ),
+                read_rate[0] >= 0.95 * read_rate[2],
+            );
+            report.target(
+                "(c)",
+                format!("reads do not serialize: {k} readers of one read-write lock ≥ 0.9 × {k} readers of their own"),
+                format!(
+                    "{}/s vs {}/s: {:.2}×",
+                    group(read_rate[0]),
+                    group(read_rate[3]),
+                    read_rate[0] / read_rate[3]
+                ),
+                read_rate[0] >= 0.9 * read_rate[3],
+            );
             report.target(
                 "(c)",
                 format!(
@@ -247,12 +297,12 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 ),
                 format!(
                     "{}/s vs {}/s: {:.2}× (medians of {rounds} rounds: {})",
-                    group(read_rate),
+                    group(read_rate[0]),
                     group(rate[OURS]),
-                    read_rate / rate[OURS],
-                    listed(&reads, group)
+                    read_rate[0] / rate[OURS],
+                    listed(&reads[0], group)
                 ),
-                read_rate >= 0.9 * rate[OURS],
+                read_rate[0] >= 0.9 * rate[OURS],
             );
         }
     }

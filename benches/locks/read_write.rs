@@ -303,7 +303,7 @@ async fn limit_cycle(servers: &Servers, iterations: usize) -> BenchResult<Latenc
         if released != Some(1) {
             return Err(format!("the read limit's unlock of {name} replied {released:?}").into());
         }
-        crate::contenders::delete_latch_unawaited(&conn, name, &request);
+        crate::contenders::delete_latch_unawaited(&conn, name, &request).await?;
         let taken: Option<i64> = redisson_rwlock::write_acquire(name, writer, LEASE)
             .invoke_async(&mut conn)
             .await?;

@@ -195,6 +195,43 @@ pub fn release_deleting(
     ))
 }
 
+/// The read acquire of a read-write lock `name` (one read hold of `field`,
+/// as hold `hold_id`), as the crate's read lock sends it. Reply as
+/// [`acquire`]; a reader's grant carries no token.
+pub fn read_acquire(
+    name: &str,
+    field: &str,
+    lease: Duration,
+    hold_id: &str,
+) -> ScriptInvocation<'static> {
+    script(wire::rw::read_acquire(
+        &LockKeys::new(name),
+        field,
+        lease,
+        hold_id,
+    ))
+}
+
+/// The read release of hold `hold_id` of `field`, deleting on the way the
+/// latches of earlier releases (`spent`), as the crate's read lock sends
+/// it. Reply: nil (no read hold), 0 (the lock is still held, by this
+/// reader's other holds or by others) or 1 (freed and published); a retry
+/// returns the first result.
+pub fn read_release_deleting(
+    name: &str,
+    field: &str,
+    hold_id: &str,
+    spent: impl IntoIterator<Item = String>,
+) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(wire::rw::read_release(
+        &keys,
+        field,
+        &keys.unlock_latch(hold_id),
+        spent,
+    ))
+}
+
 /// The rollback of acquire request `hold_id`: undoes it only if it was
 /// applied, and refuses it if it arrives later. `known_holds`: the holds of
 /// `field` on this server its client has on record (a fresh hold, which
