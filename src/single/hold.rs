@@ -18,7 +18,7 @@ use crate::metrics;
 use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
 use crate::timing;
-use crate::watchdog::{Record, Registration};
+use crate::watchdog::{PendingRollback, Record, Registration};
 
 /// One node's share of a hold. Dropping a part that was not released
 /// releases it in the background.
@@ -79,7 +79,9 @@ impl HeldPart {
     /// (a dropped guard's release, the rest of a quorum unlock): a release
     /// landing after that request would lower a re-entry, or make a write
     /// find the owner's read and refuse the upgrade. A release the caller
-    /// awaits needs no such wait: the caller's next request comes after it.
+    /// awaits needs no such wait, as the caller's next request comes after
+    /// it, unless its reply did not come: then its retry, which goes on in
+    /// the background, holds that request back the same way.
     fn finishing_release(
         &mut self,
     ) -> FinishOnDrop<impl Future<Output = Result<Released>> + use<>, impl KeepWhileAbandoned + use<>>
@@ -212,11 +214,17 @@ impl Drop for HeldPart {
 /// the original (the hold's latch makes it answer with the original's
 /// result), one request at a time, never a pile on a frozen node. Without a
 /// usable connection it waits for the node to come back.
+///
+/// `_pending` holds back the owner's next request of this field on this node
+/// until the retry is answered or given up: a node restarted empty has lost
+/// the hold's latch, so a retry landing after the owner's next grant there
+/// would find the owner's field and release the new hold.
 async fn finish_release(
     lock: Lock,
     mut conn: Option<Conn>,
     release: Call<Released>,
     sent_at: Instant,
+    _pending: PendingRollback,
 ) {
     let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
     let mut backoff = Duration::from_millis(50);
@@ -294,7 +302,14 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    tokio::spawn(finish_release(self.clone(), None, release, sent_at));
+                    let pending = self.rollback_pending(&Arc::from(field));
+                    tokio::spawn(finish_release(
+                        self.clone(),
+                        None,
+                        release,
+                        sent_at,
+                        pending,
+                    ));
                     return Err(err);
                 }
             };
@@ -314,7 +329,14 @@ impl Lock {
             if let Err(err) = &reply
                 && err.outcome_unknown()
             {
-                tokio::spawn(finish_release(self.clone(), Some(conn), release, sent_at));
+                let pending = self.rollback_pending(&Arc::from(field));
+                tokio::spawn(finish_release(
+                    self.clone(),
+                    Some(conn),
+                    release,
+                    sent_at,
+                    pending,
+                ));
             }
             reply
         })

@@ -21,6 +21,7 @@ mod failover;
 mod fair;
 mod fencing;
 mod hostile;
+mod late_release;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod node_failure;
