@@ -23,6 +23,11 @@ const CONTENDERS: [&str; 4] = ["multilock", "Redisson 3.24+", "crate scripts", "
 const OURS: usize = 0;
 const REDISSON: usize = 1;
 const CRATE: usize = 2;
+/// The readers' contenders, in the columns of [`CONTENDERS`] where they
+/// share one: readers of one lock (multilock), sending Redisson's or the
+/// crate's read scripts on a bare connection, and readers of their own locks.
+const READERS: [&str; 4] = ["one lock", "Redisson", "crate scripts", "own locks"];
+const OWN_LOCKS: usize = 3;
 
 /// Each contender's acquisitions per second and server CPU per acquisition
 /// for every K, on 1 and 5 nodes.
@@ -190,7 +195,6 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             // shared; their reads cost the server less, a hash of 2 fields
             // instead of one of K + 1). Beside them, in turns, K readers
             // sending Redisson's own read-lock scripts.
-            const READERS: [&str; 4] = ["one lock", "Redisson", "crate scripts", "own locks"];
             let mut reads = [const { Vec::new() }; READERS.len()];
             let mut read_cpus = [const { Vec::new() }; READERS.len()];
             for round in 0..rounds {
@@ -198,10 +202,10 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                     let which = (round + turn) % READERS.len();
                     let readers = |i: usize| -> BenchResult<Contender> {
                         let protocol = match which {
-                            1 => Protocol::RedissonRead,
-                            2 => Protocol::CrateRead,
+                            REDISSON => Protocol::RedissonRead,
+                            CRATE => Protocol::CrateRead,
                             _ => {
-                                let name = if which == 0 {
+                                let name = if which == OURS {
                                     "bench:readers".to_owned()
                                 } else {
                                     format!("bench:readers:own:{i}")
@@ -226,30 +230,34 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             let readers_case = format!("1 node, {k} readers of one read-write lock");
             let own_case = format!("1 node, {k} readers, each of its own read-write lock");
             let limits = |figures: &[f64; 4]| {
-                vec![Some(Cell::of(figures[1])), Some(Cell::of(figures[2])), None]
+                vec![
+                    Some(Cell::of(figures[REDISSON])),
+                    Some(Cell::of(figures[CRATE])),
+                    None,
+                ]
             };
             table.row(
                 format!("{readers_case}, reads/s (Redisson: its read-lock scripts)"),
                 Unit::PerSecond,
-                Cell::of(read_rate[0]),
+                Cell::of(read_rate[OURS]),
                 limits(&read_rate),
             );
             table.row(
                 format!("{readers_case}: server CPU per read, µs"),
                 Unit::Micros,
-                Cell::of(read_cpu[0]),
+                Cell::of(read_cpu[OURS]),
                 limits(&read_cpu),
             );
             table.row(
                 format!("{own_case}, reads/s"),
                 Unit::PerSecond,
-                Cell::of(read_rate[3]),
+                Cell::of(read_rate[OWN_LOCKS]),
                 vec![None, None, None],
             );
             table.row(
                 format!("{own_case}: server CPU per read, µs"),
                 Unit::Micros,
-                Cell::of(read_cpu[3]),
+                Cell::of(read_cpu[OWN_LOCKS]),
                 vec![None, None, None],
             );
             let mut note = format!(
@@ -274,11 +282,11 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 format!("{k} readers of one read-write lock ≥ 0.95 × the crate's read scripts on a bare connection"),
                 format!(
                     "{}/s vs {}/s: {:.2}×",
-                    group(read_rate[0]),
-                    group(read_rate[2]),
-                    read_rate[0] / read_rate[2]
+                    group(read_rate[OURS]),
+                    group(read_rate[CRATE]),
+                    read_rate[OURS] / read_rate[CRATE]
                 ),
-                read_rate[0] >= 0.95 * read_rate[2],
+                read_rate[OURS] >= 0.95 * read_rate[CRATE],
             );
             report.target(
                 "(c)",
@@ -287,12 +295,12 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 ),
                 format!(
                     "{}/s vs {}/s: {:.2}× (medians of {rounds} rounds: {})",
-                    group(read_rate[0]),
+                    group(read_rate[OURS]),
                     group(rate[OURS]),
-                    read_rate[0] / rate[OURS],
-                    listed(&reads[0], group)
+                    read_rate[OURS] / rate[OURS],
+                    listed(&reads[OURS], group)
                 ),
-                read_rate[0] >= 0.9 * rate[OURS],
+                read_rate[OURS] >= 0.9 * rate[OURS],
             );
         }
     }
