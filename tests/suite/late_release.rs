@@ -11,9 +11,9 @@ use multilock::testkit::{TestServer, poll_until};
 /// node is back (restarted empty: the release's latch is gone with it). The
 /// owner's next acquire of that lock on that node waits for it: granted
 /// first, the late release would find the owner's field on the new hold and
-/// release that instead. Found by the rolling-restart history checker, where
-/// a RedLock part lost this way let a rival win a quorum while its owner
-/// held (fencing refused the stale holder's writes).
+/// release that instead. The likely cause of the rolling-restart history
+/// checker's one overlap: a RedLock part lost this way lets a rival win a
+/// quorum while its owner holds (fencing refused the stale holder's writes).
 #[tokio::test]
 async fn a_release_retried_after_a_restart_never_releases_the_next_hold() {
     let mut server = server().await;
