@@ -302,14 +302,7 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    let pending = self.rollback_pending(&Arc::from(field));
-                    tokio::spawn(finish_release(
-                        self.clone(),
-                        None,
-                        release,
-                        sent_at,
-                        pending,
-                    ));
+                    self.finish_release_later(field, None, release, sent_at);
                     return Err(err);
                 }
             };
@@ -329,18 +322,31 @@ impl Lock {
             if let Err(err) = &reply
                 && err.outcome_unknown()
             {
-                let pending = self.rollback_pending(&Arc::from(field));
-                tokio::spawn(finish_release(
-                    self.clone(),
-                    Some(conn),
-                    release,
-                    sent_at,
-                    pending,
-                ));
+                self.finish_release_later(field, Some(conn), release, sent_at);
             }
             reply
         })
         .await
+    }
+
+    /// Hands a release whose outcome is not known to [`finish_release`].
+    /// The marker is made here, before the task runs, so no request of the
+    /// owner can slip in between.
+    fn finish_release_later(
+        &self,
+        field: &str,
+        conn: Option<Conn>,
+        release: Call<Released>,
+        sent_at: Instant,
+    ) {
+        let pending = self.rollback_pending(&Arc::from(field));
+        tokio::spawn(finish_release(
+            self.clone(),
+            conn,
+            release,
+            sent_at,
+            pending,
+        ));
     }
 
     /// Runs `release` in a `release` span and maps "not held" to

@@ -26,32 +26,8 @@ async fn a_release_retried_after_a_restart_never_releases_the_next_hold() {
         assert!(err.is_node_unavailable(), "{err:?}");
         server.restart().await.unwrap();
         let url = server.url();
-        let again = eventually(
-            PATIENCE,
-            |err| format!("round {round}: still failing after the restart: {err}"),
-            || async {
-                match lock.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await {
-                    Ok(Some(guard)) => Ok(guard),
-                    Ok(None) => panic!("round {round}: nobody else holds it"),
-                    Err(err) => {
-                        assert!(err.is_node_unavailable(), "{err:?}");
-                        Err(err)
-                    }
-                }
-            },
-        )
-        .await;
-        // The background release has run on the new server once its script
-        // read the hold count (the acquire's fresh-hold path reads none).
-        poll_until(
-            PATIENCE,
-            || format!("round {round}: the background release never reached the new server"),
-            || async {
-                (command_calls(&url).await.get("hget").copied().unwrap_or(0) > 0).then_some(())
-            },
-        )
-        .await
-        .unwrap();
+        let again = lock_once_back(&lock, &format!("round {round}")).await;
+        background_release_ran(&url, round).await;
         assert!(
             exists(&url, "lazarus").await,
             "round {round}: the earlier hold's release took the new hold"
@@ -104,20 +80,24 @@ async fn a_red_lock_part_retried_after_a_restart_never_releases_the_next_hold() 
             },
         )
         .await;
-        poll_until(
-            PATIENCE,
-            || format!("round {round}: the background release never reached the new server"),
-            || async {
-                let calls = command_calls(&urls[0]).await;
-                (calls.get("hget").copied().unwrap_or(0) > 0).then_some(())
-            },
-        )
-        .await
-        .unwrap();
+        background_release_ran(&urls[0], round).await;
         assert!(
             exists(&urls[0], NAME).await,
             "round {round}: the earlier hold's release took the new hold's part"
         );
         again.unlock().await.unwrap();
     }
+}
+
+/// Waits until the background release has run on the restarted server at
+/// `url`: its script read the hold count there (the acquire's fresh-hold
+/// path reads none, and the server's counts started at zero).
+async fn background_release_ran(url: &str, round: usize) {
+    poll_until(
+        PATIENCE,
+        || format!("round {round}: the background release never reached the new server"),
+        || async { (command_calls(url).await.get("hget").copied().unwrap_or(0) > 0).then_some(()) },
+    )
+    .await
+    .unwrap();
 }

@@ -24,21 +24,7 @@ async fn down_then_back() {
     server.restart().await.unwrap();
     // The pool drops broken connections and makes new ones. A long lease:
     // a waiter not woken by pub/sub would wait for all of it.
-    let guard = eventually(
-        PATIENCE,
-        |err| format!("still failing after restart: {err}"),
-        || async {
-            match lock.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await {
-                Ok(Some(guard)) => Ok(guard),
-                Ok(None) => panic!("nobody else holds it"),
-                Err(err) => {
-                    assert!(err.is_node_unavailable(), "{err:?}");
-                    Err(err)
-                }
-            }
-        },
-    )
-    .await;
+    let guard = lock_once_back(&lock, "phoenix").await;
 
     // Waiting via pub/sub works on the new server: the shared subscription
     // reconnected and subscribes again.

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use multilock::testkit::{RedisProcess, TestServer, poll_until, protocol};
-use multilock::{Client, Node};
+use multilock::{Client, Guard, Lock, Node};
 
 pub use monitor::monitor;
 
@@ -210,6 +210,27 @@ pub fn script(name: &str) -> (&'static str, String) {
         .find(|(script, _, _)| *script == name)
         .map(|(_, source, sha)| (source, sha))
         .unwrap_or_else(|| panic!("no script {name}"))
+}
+
+/// Takes `lock` (nobody else holds it) with [`LONG_LEASE`] once its node
+/// answers again after a restart, within [`PATIENCE`]; until then every
+/// attempt must fail as the node being unavailable.
+pub async fn lock_once_back(lock: &Lock, what: &str) -> Guard {
+    eventually(
+        PATIENCE,
+        |err| format!("{what}: still failing after the restart: {err}"),
+        || async {
+            match lock.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await {
+                Ok(Some(guard)) => Ok(guard),
+                Ok(None) => panic!("{what}: nobody else holds it"),
+                Err(err) => {
+                    assert!(err.is_node_unavailable(), "{err:?}");
+                    Err(err)
+                }
+            }
+        },
+    )
+    .await
 }
 
 /// `INFO commandstats` of `url` as command -> calls.
