@@ -15,7 +15,9 @@
 //! machine's 2 cores, and a read costs the server about twice a reentrant
 //! lock+unlock (Redisson's format: a timeout key per read hold), which (c)
 //! shows; at a distance the round trips decide, and those are the same
-//! (one per acquire, one per release).
+//! (one per acquire, one per release). Beside them, at each delay, the
+//! Redisson 3.24+ limit's many keys through the same proxy, for the
+//! servers' CPU per acquisition with the client at a distance.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,12 +26,12 @@ use futures::future::try_join_all;
 use multilock::testkit::{Delay, Direction, TcpProxy, redisson, redisson_rwlock};
 use multilock::{Client, Lock, Node, Owner};
 
-use crate::contenders::{AnyLock, Contender};
+use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;
 use crate::many_keys::many_locks;
 use crate::report::{Cell, Grid, Report, Table, Unit, group};
 use crate::stats::{Latencies, median, nanos};
-use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Servers, Settings};
+use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Servers, Settings, bare_connection};
 
 /// Readers holding the lock when the writer comes.
 const READERS: usize = 8;
@@ -336,11 +338,28 @@ struct AtDelay {
     delay: Duration,
     reads: Vec<(f64, f64)>,
     keys: Vec<(f64, f64)>,
+    /// The Redisson 3.24+ limit's many keys: a bare connection through the
+    /// same proxy sending its scripts (and its latch `DEL`).
+    limit: Vec<(f64, f64)>,
 }
+
+/// The sides of a delay's rounds, in turn order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Readers,
+    Keys,
+    Limit,
+}
+
+const SIDES: [Side; 3] = [Side::Readers, Side::Keys, Side::Limit];
 
 /// K readers of one name against K tasks on their own locks, the server
 /// behind a proxy adding each delay of the settings from [`DISTANT`] up,
-/// each way; rounds taking turns, each side's median.
+/// each way; rounds taking turns, each side's median. Beside them, the
+/// Redisson 3.24+ limit's many keys through the same proxy: with the
+/// client away from the server's CPU, the servers' cost per acquisition is
+/// the protocol's, which (c) at loopback cannot separate from how fast the
+/// client on the same two cores feeds the server.
 async fn readers_at_a_distance(
     settings: &Settings,
     servers: &Servers,
@@ -349,6 +368,7 @@ async fn readers_at_a_distance(
     let k = MANY_KEYS_TASKS;
     let proxy = TcpProxy::start(servers.processes[0].port()).await?;
     let node = Node::new(&proxy.url())?;
+    let conns = vec![bare_connection(&proxy.url()).await?];
     let client = Client::new();
     let (rounds, run_for) = settings.proxy_rounds;
     let mut measured = Vec::new();
@@ -359,15 +379,20 @@ async fn readers_at_a_distance(
             delay,
             reads: Vec::with_capacity(rounds),
             keys: Vec::with_capacity(rounds),
+            limit: Vec::with_capacity(rounds),
         };
         for round in 0..rounds {
-            for turn in 0..2 {
-                let readers = (round + turn) % 2 == 0;
+            for turn in 0..SIDES.len() {
+                let side = SIDES[(round + turn) % SIDES.len()];
                 let contender = |i: usize| -> BenchResult<Contender> {
-                    let lock = if readers {
-                        client.read_write_lock(&node, &at)?.read().clone()
-                    } else {
-                        client.lock(&node, format!("{at}:key:{i}"))?
+                    let lock = match side {
+                        Side::Readers => client.read_write_lock(&node, &at)?.read().clone(),
+                        Side::Keys => client.lock(&node, format!("{at}:key:{i}"))?,
+                        Side::Limit => {
+                            let name = format!("{at}:limit:{i}");
+                            let limit = Limit::new(conns.clone(), name, Protocol::Redisson);
+                            return Ok(Contender::Limit(limit));
+                        }
                     };
                     Ok(Contender::multilock(AnyLock::Single(lock)))
                 };
@@ -375,10 +400,10 @@ async fn readers_at_a_distance(
                 let (rate, acquisitions) = many_locks(contender, k, run_for).await?;
                 let cpu = servers.cpu_seconds(0).await? - cpu_before;
                 let run = (rate, cpu * 1e6 / acquisitions.max(1) as f64);
-                if readers {
-                    figures.reads.push(run);
-                } else {
-                    figures.keys.push(run);
+                match side {
+                    Side::Readers => figures.reads.push(run),
+                    Side::Keys => figures.keys.push(run),
+                    Side::Limit => figures.limit.push(run),
                 }
             }
         }
@@ -392,8 +417,11 @@ async fn readers_at_a_distance(
             "The server behind the test kit's latency proxy adding the delay each way (fixed). \
              Readers: {k} tasks taking and releasing read holds of one name; many keys: {k} \
              tasks on their own reentrant locks; both multilock, one client, lock+unlock in a \
-             loop. {rounds} rounds of {} ms per side, taking turns, each side's median; server \
-             CPU = INFO cpu over a run, per acquisition. At loopback, see (c)",
+             loop; the Redisson 3.24+ limit's many keys: {k} tasks on their own names sending \
+             its scripts over one bare connection through the same proxy. {rounds} rounds of {} \
+             ms per side, taking turns, each side's median; server CPU = INFO cpu over a run, \
+             per acquisition, its ratio the median of the rounds' paired ratios. At loopback, \
+             see (c)",
             run_for.as_millis()
         ),
         &[
@@ -403,6 +431,9 @@ async fn readers_at_a_distance(
             "readers ÷ many keys",
             "readers, server CPU per read (µs)",
             "many keys, server CPU per acquisition (µs)",
+            "Redisson limit's many keys, acquisitions/s",
+            "Redisson limit's many keys, server CPU per acquisition (µs)",
+            "many keys' server CPU ÷ the limit's",
         ],
     );
     for at in &measured {
@@ -412,6 +443,14 @@ async fn readers_at_a_distance(
         };
         let (reads, keys) = (pick(&at.reads, |r| r.0), pick(&at.keys, |r| r.0));
         let (read_cpu, key_cpu) = (pick(&at.reads, |r| r.1), pick(&at.keys, |r| r.1));
+        let (limit_rate, limit_cpu) = (pick(&at.limit, |r| r.0), pick(&at.limit, |r| r.1));
+        let cpu_ratios: Vec<f64> = at
+            .keys
+            .iter()
+            .zip(&at.limit)
+            .map(|(ours, limit)| ours.1 / limit.1)
+            .collect();
+        let cpu_ratio = median(&cpu_ratios);
         let ratio = reads / keys;
         let listed = |runs: &[(f64, f64)]| {
             runs.iter()
@@ -426,6 +465,9 @@ async fn readers_at_a_distance(
             format!("{ratio:.2}×"),
             format!("{read_cpu:.1}"),
             format!("{key_cpu:.1}"),
+            group(limit_rate),
+            format!("{limit_cpu:.1}"),
+            format!("{cpu_ratio:.2}×"),
         ]);
         report.target(
             "(h)",
@@ -443,10 +485,18 @@ async fn readers_at_a_distance(
         );
         report.notes.push(format!(
             "(h) at {ms} ms one-way, {rounds} rounds of {} ms: reads/s of {k} readers of one \
-             name {}; acquisitions/s of {k} tasks on their own locks {}.",
+             name {}; acquisitions/s of {k} tasks on their own locks {}; of the Redisson 3.24+ \
+             limit's {k} tasks {}; many keys' server CPU per acquisition ÷ the limit's in each \
+             round: {}.",
             run_for.as_millis(),
             listed(&at.reads),
-            listed(&at.keys)
+            listed(&at.keys),
+            listed(&at.limit),
+            cpu_ratios
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     report.grids.push(grid);
