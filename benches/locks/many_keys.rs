@@ -1,6 +1,9 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
 //! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
-//! servers' CPU per acquisition. Beside the 1-node K=64 case, K readers of
+//! servers' CPU and commands run per acquisition. The 1-node K=64 case also
+//! paces every contender to one load, where the servers' CPU per
+//! acquisition is held to its target: in a closed loop it follows how fast
+//! each client feeds the server, not only what the server does. Beside the 1-node K=64 case, K readers of
 //! one read-write lock, K readers each of its own, and K readers sending the
 //! crate's or Redisson's read-lock scripts on a bare connection (reads/s and
 //! server CPU per read).
