@@ -356,10 +356,9 @@ const SIDES: [Side; 3] = [Side::Readers, Side::Keys, Side::Limit];
 /// K readers of one name against K tasks on their own locks, the server
 /// behind a proxy adding each delay of the settings from [`DISTANT`] up,
 /// each way; rounds taking turns, each side's median. Beside them, the
-/// Redisson 3.24+ limit's many keys through the same proxy: with the
-/// client away from the server's CPU, the servers' cost per acquisition is
-/// the protocol's, which (c) at loopback cannot separate from how fast the
-/// client on the same two cores feeds the server.
+/// Redisson 3.24+ limit's many keys through the same proxy, with its
+/// servers' CPU per acquisition: a closed loop here too, so that ratio
+/// follows which client ran faster, as (c)'s closed-loop one does.
 async fn readers_at_a_distance(
     settings: &Settings,
     servers: &Servers,
