@@ -428,24 +428,6 @@ impl Servers {
         Ok(total)
     }
 
-    /// Commands the first `n` servers have run, summed: those on the wire
-    /// and those scripts ran inside (`INFO commandstats` counts both), but
-    /// not the bench's own queries (`INFO`, `CONFIG`, connection set-up).
-    async fn commands_run_of(&self, n: usize) -> BenchResult<u64> {
-        const NOT_COUNTED: [&str; 5] = ["info", "config", "client", "hello", "script"];
-        let mut total = 0;
-        for node in 0..n {
-            total += self
-                .command_stats(node)
-                .await?
-                .iter()
-                .filter(|(name, _)| !NOT_COUNTED.iter().any(|skip| name.starts_with(skip)))
-                .map(|(_, stat)| stat.calls)
-                .sum::<u64>();
-        }
-        Ok(total)
-    }
-
     /// The limit's connections to the first `n` servers: RESP3, like the
     /// crate's.
     async fn bare_connections(&self, n: usize) -> BenchResult<Vec<MultiplexedConnection>> {

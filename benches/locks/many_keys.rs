@@ -1,6 +1,7 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
 //! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
-//! servers' CPU and commands run per acquisition. The 1-node K=64 case also
+//! servers' CPU per acquisition (the commands they run per lock+unlock are
+//! counted in (e)). The 1-node K=64 case also
 //! paces every contender to one load, where the servers' CPU per
 //! acquisition is held to its target: in a closed loop it follows how fast
 //! each client feeds the server, not only what the server does. Beside the 1-node K=64 case, K readers of
@@ -44,9 +45,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
              share its socket, and pipeline). The limits: Redisson 3.24+'s scripts (and its \
              DEL of each unlock latch, not awaited), and the crate's own scripts. Server CPU = \
              the servers' user+system CPU (INFO cpu, network work included) over the run, per \
-             acquisition; commands run = every command the servers ran (INFO commandstats: \
-             the script calls, the commands inside them and the other commands on the wire), \
-             per acquisition. 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, the contenders \
+             acquisition. 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, the contenders \
              taking turns (each round starting with the next one), each contender's median \
              over the rounds; every other case: one run of {} ms. Each run's first tenth is a \
              warm-up, not counted",
@@ -87,24 +86,16 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 (1, settings.run_for)
             };
             // Per contender, each round's (acquisitions/s, server µs per
-            // acquisition, server commands per acquisition); each round
-            // starts with the next contender.
+            // acquisition); each round starts with the next contender.
             let mut runs = [const { Vec::new() }; CONTENDERS.len()];
             for round in 0..rounds {
                 for turn in 0..CONTENDERS.len() {
                     let who = (round + turn) % CONTENDERS.len();
-                    let commands_before = servers.commands_run_of(n).await?;
                     let cpu_before = servers.cpu_seconds_of(n).await?;
                     let (rate, acquisitions) =
                         many_locks(|i| contender(who, i), k, run_for).await?;
                     let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
-                    let commands = servers.commands_run_of(n).await? - commands_before;
-                    let per_acquisition = |total: f64| total / acquisitions.max(1) as f64;
-                    runs[who].push((
-                        rate,
-                        per_acquisition(cpu * 1e6),
-                        per_acquisition(commands as f64),
-                    ));
+                    runs[who].push((rate, cpu * 1e6 / acquisitions.max(1) as f64));
                 }
             }
             let rates = runs
@@ -119,9 +110,6 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 "5 nodes, RedLock"
             };
             let case = format!("{what}, K={k}");
-            let commands = runs
-                .each_ref()
-                .map(|runs| median(&runs.iter().map(|r| r.2).collect::<Vec<_>>()));
             let rate = rates.each_ref().map(|rates| median(rates));
             let cpu = cpus.each_ref().map(|cpus| median(cpus));
             let others =
@@ -138,21 +126,14 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 Cell::of(cpu[OURS]),
                 others(&cpu),
             );
-            table.row(
-                format!("{case}: commands the server ran per acquisition (on the wire and inside scripts)"),
-                Unit::Count,
-                Cell::of(commands[OURS]),
-                others(&commands),
-            );
             if !target {
                 continue;
             }
-            let paired = |figures: &[Vec<f64>; 4]| -> Vec<f64> {
-                figures[OURS]
-                    .iter()
-                    .zip(&figures[REDISSON])
-                    .map(|(ours, limit)| ours / limit)
-                    .collect()
+            let paired = |figures: &[Vec<f64>; 4]| {
+                paired_ratios(
+                    figures[OURS].iter().copied(),
+                    figures[REDISSON].iter().copied(),
+                )
             };
             let (rate_ratios, cpu_ratios) = (paired(&rates), paired(&cpus));
             let listed = |values: &[f64], show: fn(f64) -> String| {
@@ -175,13 +156,6 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 listed(&rates[CRATE], group),
                 listed(&rates[3], group),
             ));
-            // Rounds that a burst of other work hit on one side only are far
-            // off; the median of the paired rounds is not moved by them.
-            let spread = |ratios: &[f64]| {
-                quartiles(ratios).map_or(String::new(), |(low, high)| {
-                    format!(", middle half of the rounds {low:.2}–{high:.2}×")
-                })
-            };
             let ratio = median(&rate_ratios);
             report.target(
                 "(c)",
@@ -193,7 +167,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                     group(rate[REDISSON]),
                     group(rate[CRATE]),
                     group(rate[3]),
-                    spread(&rate_ratios)
+                    middle_half(&rate_ratios)
                 ),
                 ratio >= 0.95,
             );
@@ -206,15 +180,11 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             report.notes.push(format!(
                 "(c) {case}, closed loop: server CPU per acquisition {:.2} µs vs the Redisson \
                  3.24+ limit's {:.2} µs (crate scripts {:.2} µs); paired rounds' median \
-                 {ratio:.2}×{}; commands the server ran per acquisition {:.2} vs {:.2} (crate \
-                 scripts {:.2}).",
+                 {ratio:.2}×{}; the commands the servers run per lock+unlock are in (e).",
                 cpu[OURS],
                 cpu[REDISSON],
                 cpu[CRATE],
-                spread(&cpu_ratios),
-                commands[OURS],
-                commands[REDISSON],
-                commands[CRATE]
+                middle_half(&cpu_ratios),
             ));
             server_cost_at_one_load(
                 servers,
@@ -391,15 +361,9 @@ async fn server_cost_at_one_load(
         Cell::of(cpu[0]),
         vec![Some(Cell::of(cpu[1])), Some(Cell::of(cpu[2])), None],
     );
-    let ratios: Vec<f64> = runs[0]
-        .iter()
-        .zip(&runs[1])
-        .map(|(ours, limit)| ours.1 / limit.1)
-        .collect();
+    let ratios = paired_ratios(runs[0].iter().map(|r| r.1), runs[1].iter().map(|r| r.1));
     let ratio = median(&ratios);
-    let spread = quartiles(&ratios).map_or(String::new(), |(low, high)| {
-        format!(", middle half of the rounds {low:.2}–{high:.2}×")
-    });
+    let spread = middle_half(&ratios);
     report.target(
         "(c)",
         format!(
@@ -420,6 +384,27 @@ async fn server_cost_at_one_load(
         ratio <= 1.0,
     );
     Ok(())
+}
+
+/// Round by round, a contender's figure ÷ the limit's in the same round.
+pub fn paired_ratios(
+    ours: impl IntoIterator<Item = f64>,
+    limit: impl IntoIterator<Item = f64>,
+) -> Vec<f64> {
+    ours.into_iter()
+        .zip(limit)
+        .map(|(ours, limit)| ours / limit)
+        .collect()
+}
+
+/// `, middle half of the rounds a–b×` for paired ratios (nothing for too
+/// few). Rounds that a burst of other work hit on one side only are far
+/// off; the median of the paired rounds, which the targets take, is not
+/// moved by them.
+fn middle_half(ratios: &[f64]) -> String {
+    quartiles(ratios).map_or(String::new(), |(low, high)| {
+        format!(", middle half of the rounds {low:.2}–{high:.2}×")
+    })
 }
 
 /// K tasks, each on its own lock, lock+unlock in a loop: acquisitions per

@@ -28,7 +28,7 @@ use multilock::{Client, Lock, Node, Owner};
 
 use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;
-use crate::many_keys::many_locks;
+use crate::many_keys::{many_locks, paired_ratios};
 use crate::report::{Cell, Grid, Report, Table, Unit, group};
 use crate::stats::{Latencies, median, nanos};
 use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Servers, Settings, bare_connection};
@@ -443,12 +443,7 @@ async fn readers_at_a_distance(
         let (reads, keys) = (pick(&at.reads, |r| r.0), pick(&at.keys, |r| r.0));
         let (read_cpu, key_cpu) = (pick(&at.reads, |r| r.1), pick(&at.keys, |r| r.1));
         let (limit_rate, limit_cpu) = (pick(&at.limit, |r| r.0), pick(&at.limit, |r| r.1));
-        let cpu_ratios: Vec<f64> = at
-            .keys
-            .iter()
-            .zip(&at.limit)
-            .map(|(ours, limit)| ours.1 / limit.1)
-            .collect();
+        let cpu_ratios = paired_ratios(at.keys.iter().map(|r| r.1), at.limit.iter().map(|r| r.1));
         let cpu_ratio = median(&cpu_ratios);
         let ratio = reads / keys;
         let listed = |runs: &[(f64, f64)]| {
