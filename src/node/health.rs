@@ -171,7 +171,10 @@ impl Probe {
 
 /// A PING on a fresh connection, within the node's connect and response
 /// timeouts: a pooled connection may be the one stuck behind a frozen
-/// request.
+/// request. Any answer counts, a refusal too (a wrong password, `LOADING`):
+/// the node is reachable, and its callers should get that answer, which
+/// may end their wait (a permanent refusal), rather than `Suspect`, which
+/// never does.
 async fn ping(state: &HealthState) -> bool {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(state.connect_timeout))
@@ -186,5 +189,9 @@ async fn ping(state: &HealthState) -> bool {
             .await
     };
     let bound = state.connect_timeout + state.response_timeout;
-    matches!(tokio::time::timeout(bound, attempt).await, Ok(Ok(_)))
+    match tokio::time::timeout(bound, attempt).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(err)) => !crate::Error::from_redis(&state.addr, err).is_node_unavailable(),
+        Err(_) => false,
+    }
 }

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{LONG_LEASE, client, wait_for_listeners};
-use multilock::testkit::RedisProcess;
-use multilock::{Client, Node};
+use crate::common::{LONG_LEASE, PATIENCE, client, eventually, wait_for_listeners};
+use multilock::testkit::{RedisProcess, TestServer};
+use multilock::{Client, Health, Node};
 
 #[tokio::test]
 async fn acl_user_and_password() {
@@ -136,4 +136,86 @@ async fn a_red_lock_ends_its_wait_on_a_wrong_password() {
     .await
     .expect("try_lock_for() ended its 60 s wait at the refused password");
     assert!(outcome.is_err(), "{outcome:?}");
+}
+
+/// A refused password is an answer: a node that went suspect (here, frozen)
+/// and then refuses the probe's password is healthy again, and callers get
+/// the refusal, which ends a wait, rather than `Suspect`, which does not.
+/// (Before the fix the probe counted the refusal as silence: the node stayed
+/// suspect for good, and a RedLock whose nodes had timed out once under load
+/// waited out its whole deadline.)
+#[tokio::test]
+async fn a_node_refusing_the_password_is_not_kept_suspect() {
+    let mut server =
+        RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
+            .await
+            .unwrap();
+    let node = Node::builder(format!("redis://:wrong@127.0.0.1:{}", server.port()))
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let lock = client().lock(&node, "auth-probe").unwrap();
+    server.pause().await.unwrap();
+    let frozen = lock.try_lock().await.unwrap_err();
+    assert!(!frozen.is_permanent(), "{frozen}");
+    assert!(
+        matches!(node.health(), Health::Suspect { .. }),
+        "a timed-out request makes the node suspect"
+    );
+    server.unpause().await.unwrap();
+    eventually(
+        PATIENCE,
+        |health: &Health| format!("the node refusing the password is still {health:?}"),
+        || async {
+            match node.health() {
+                Health::Healthy => Ok(()),
+                health => Err(health),
+            }
+        },
+    )
+    .await;
+    let refused = lock.try_lock().await.unwrap_err();
+    assert!(refused.is_permanent(), "{refused}");
+}
+
+/// The CI failure of 2026-11-27: under load two nodes' first requests timed
+/// out, the nodes went suspect, and a bounded wait then saw `Suspect` from
+/// them, never enough refusals to end, and waited out its 60 s. Here two of
+/// three nodes are frozen for the first round instead of slowed.
+#[tokio::test]
+async fn a_red_lock_whose_nodes_timed_out_once_ends_its_wait_on_a_wrong_password() {
+    let mut servers =
+        futures::future::try_join_all((0..3).map(|_| {
+            RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
+        }))
+        .await
+        .unwrap();
+    let nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| {
+            Node::builder(format!("redis://:wrong@127.0.0.1:{}", s.port()))
+                .connect_timeout(Duration::from_millis(300))
+                .response_timeout(Duration::from_millis(300))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let red = client().red_lock_on(&nodes, "auth-suspect").unwrap();
+    for server in &mut servers[..2] {
+        server.pause().await.unwrap();
+    }
+    let frozen = red.try_lock().await.unwrap_err();
+    assert!(!frozen.is_permanent(), "{frozen}");
+    for server in &mut servers[..2] {
+        server.unpause().await.unwrap();
+    }
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        red.try_lock_for(Duration::from_secs(60), None),
+    )
+    .await
+    .expect("try_lock_for() ended its 60 s wait at the refused password");
+    let err = outcome.unwrap_err();
+    assert!(err.is_permanent(), "{err}");
 }
