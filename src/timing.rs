@@ -32,6 +32,12 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// hold), and the rollback gives up after it.
 pub(crate) const ROLLBACK_WINDOW: Duration = Duration::from_secs(60);
 
+/// How long a release or rollback given up after [`ROLLBACK_WINDOW`] stays
+/// buried (`protocol::bury`): a copy of it can still be on its way while
+/// TCP retransmits it, which Linux does for about 15 minutes
+/// (`tcp_retries2`) before it drops the connection. Twice that.
+pub(crate) const BURIAL: Duration = Duration::from_secs(30 * 60);
+
 /// Checks a lease (or watchdog timeout) given by the caller: from
 /// [`MIN_LEASE`] to [`MAX_LEASE`], for every lock type alike.
 pub(crate) fn check_lease(lease: Duration) -> Result<()> {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::holds::{fencing_args, grant_lua, latched_release_lua};
+use super::holds::{cancel_latch_lua, fencing_args, grant_lua, latched_release_lua};
 use super::{Acquired, Call, Fencing, LockKeys, Released, parse_acquired, prefixed};
 use crate::timing::millis;
 
@@ -357,8 +357,8 @@ local count = redis.call('hget', KEYS[1], field)
 if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
 end
-redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
 "#,
+    cancel_latch_lua!(),
     drop_stale_heads_lua!(),
     leave_queue_lua!(),
     r#"

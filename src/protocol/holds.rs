@@ -316,13 +316,16 @@ pub(crate) fn release(
 ///
 /// Reply: nil when nothing was undone; 0 or 1 as for a release.
 pub(super) static ROLLBACK: LazyLock<Script> = LazyLock::new(|| Script::new(ROLLBACK_LUA));
-pub(super) const ROLLBACK_LUA: &str = r#"
+pub(super) const ROLLBACK_LUA: &str = concat!(
+    r#"
 local latch = redis.call('get', KEYS[3])
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
 end
-redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
+"#,
+    cancel_latch_lua!(),
+    r#"
 if not count then
     return nil
 end
@@ -335,7 +338,8 @@ end
 redis.call('del', KEYS[1])
 redis.call(ARGV[#ARGV], KEYS[2], ARGV[3])
 return 1
-"#;
+"#
+);
 
 /// Roll back acquire request `hold_id` of `field`: undo it if it was
 /// applied, refuse it if it comes later. `known_holds`: the holds of
@@ -359,6 +363,45 @@ pub(crate) fn rollback(
         .arg(keys.publish.command());
     Call::script(invocation, decode_released)
 }
+
+/// KEYS[1] a request's latch (its [`LockKeys::unlock_latch`]). ARGV[1] TTL
+/// (ms).
+///
+/// Buries a release or rollback that got no answer within the rollback
+/// window. Copies of it may still be on their way (in a partitioned link's
+/// TCP buffers, or a frozen server's), and one landing after its owner's
+/// next grant would find the owner's field and take that hold. Buried, the
+/// latch answers for them: a release returns the latched result, a rollback
+/// and a late acquire of the request see a latch and do nothing. A
+/// release's result (`1`) is kept; anything else (none, a re-entry's
+/// `granted`, a rollback's `cancelled`) becomes `0` (a re-entry that was
+/// applied and never rolled back then ends with the key's lease).
+pub(super) static BURY: LazyLock<Script> = LazyLock::new(|| Script::new(BURY_LUA));
+pub(super) const BURY_LUA: &str = r#"
+local latched = redis.call('get', KEYS[1])
+if latched ~= '1' then
+    latched = '0'
+end
+redis.call('set', KEYS[1], latched, 'px', ARGV[1])
+return 1
+"#;
+
+/// Bury `latch` for `ttl` (see [`BURY`]).
+pub(crate) fn bury(latch: &str, ttl: Duration) -> Call<()> {
+    let mut invocation = BURY.key(latch);
+    invocation.arg(millis(ttl).max(1));
+    Call::script(invocation, |_| Ok(()))
+}
+
+/// A rollback's tombstone in the request's latch (KEYS[3]), for at least
+/// ARGV[2] ms and never shorter than the latch already lives: a buried
+/// request's latch (see [`BURY`]) must outlast every copy of it.
+macro_rules! cancel_latch_lua {
+    () => {
+        "redis.call('set', KEYS[3], 'cancelled', 'px', math.max(redis.call('pttl', KEYS[3]), tonumber(ARGV[2])))\n"
+    };
+}
+pub(super) use cancel_latch_lua;
 
 /// A read hold of a read-write lock keeps one expiring key per hold count,
 /// `{name}:<field>:rwlock_timeout:<n>`: when another reader releases, the

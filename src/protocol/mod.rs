@@ -26,7 +26,7 @@ pub(crate) mod rw;
 
 pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};
 pub(crate) use holds::{
-    acquire, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
+    acquire, bury, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
 };
 
 /// One request of the protocol and how to read its reply.
@@ -272,7 +272,7 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 19] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 20] {
     [
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
@@ -283,6 +283,7 @@ pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 1
         ),
         ("release", holds::RELEASE_LUA, &holds::RELEASE),
         ("rollback", holds::ROLLBACK_LUA, &holds::ROLLBACK),
+        ("bury", holds::BURY_LUA, &holds::BURY),
         ("renew_batch", holds::RENEW_BATCH_LUA, &holds::RENEW_BATCH),
         (
             "force_unlock",

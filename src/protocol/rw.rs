@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Script, Value};
 
-use super::holds::{decode_released, fencing_args, grant_lua, latched_release_lua};
+use super::holds::{
+    cancel_latch_lua, decode_released, fencing_args, grant_lua, latched_release_lua,
+};
 use super::{Acquired, Call, Fencing, LockKeys, Released, parse_acquired};
 use crate::timing::millis;
 
@@ -427,7 +429,9 @@ local count = redis.call('hget', KEYS[1], field)
 if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
 end
-redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
+"#,
+    cancel_latch_lua!(),
+    r#"
 if not count then
     return nil
 end
@@ -454,13 +458,16 @@ return 0
 /// frees the lock (publishing `1`), or downgrades it to the writer's reads.
 pub(super) static WRITE_ROLLBACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(WRITE_ROLLBACK_LUA));
-pub(super) const WRITE_ROLLBACK_LUA: &str = r#"
+pub(super) const WRITE_ROLLBACK_LUA: &str = concat!(
+    r#"
 local latch = redis.call('get', KEYS[3])
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
 end
-redis.call('set', KEYS[3], 'cancelled', 'px', ARGV[2])
+"#,
+    cancel_latch_lua!(),
+    r#"
 if not count then
     return nil
 end
@@ -478,7 +485,8 @@ end
 redis.call('del', KEYS[1])
 redis.call(ARGV[#ARGV], KEYS[2], '1')
 return 1
-"#;
+"#
+);
 
 /// Roll back read (`write` false) or write acquire request `hold_id` of
 /// the hold field `field` (a reader's, or a writer's `…:write`; see the

@@ -156,6 +156,7 @@ fn every_script_call(keys: &LockKeys) -> Vec<(&'static str, bool, Sent)> {
         ));
     }
     calls.push(("force unlock", true, sent(&force_unlock(keys))));
+    calls.push(("bury", false, sent(&bury(&keys.unlock_latch("r"), second))));
     calls.push((
         "fair force unlock",
         true,

@@ -616,6 +616,8 @@ impl Undo {
                         error = %err,
                         "rollback of an abandoned acquire gave up; if it was granted, it ends with its lease"
                     );
+                    lock.bury(&lock.keys().unlock_latch(&hold_id), sent_at)
+                        .await;
                     return;
                 }
             }

@@ -216,13 +216,15 @@ impl Drop for HeldPart {
 /// usable connection it waits for the node to come back.
 ///
 /// `_pending` holds back the owner's next request of this field on this node
-/// until the retry is answered or given up: a node restarted empty has lost
-/// the hold's latch, so a retry landing after the owner's next grant there
-/// would find the owner's field and release the new hold.
+/// until the retry is answered, or given up and buried (`Lock::bury`): a
+/// node restarted empty has lost the hold's latch, so a retry landing after
+/// the owner's next grant there would find the owner's field and release
+/// the new hold.
 async fn finish_release(
     lock: Lock,
     mut conn: Option<Conn>,
     release: Call<Released>,
+    latch: String,
     sent_at: Instant,
     _pending: PendingRollback,
 ) {
@@ -268,6 +270,8 @@ async fn finish_release(
         }
     }
     tracing::warn!(lock = %lock.name(), node = %lock.node().addr(), "a release got no answer within its window; the lock ends with its lease");
+    drop(conn);
+    lock.bury(&latch, sent_at).await;
 }
 
 /// What a release nobody awaits does with its outcome.
@@ -302,7 +306,7 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    self.finish_release_later(field, None, release, sent_at);
+                    self.finish_release_later(field, None, release, latch, sent_at);
                     return Err(err);
                 }
             };
@@ -322,7 +326,7 @@ impl Lock {
             if let Err(err) = &reply
                 && err.outcome_unknown()
             {
-                self.finish_release_later(field, Some(conn), release, sent_at);
+                self.finish_release_later(field, Some(conn), release, latch, sent_at);
             }
             reply
         })
@@ -337,6 +341,7 @@ impl Lock {
         field: &str,
         conn: Option<Conn>,
         release: Call<Released>,
+        latch: String,
         sent_at: Instant,
     ) {
         let pending = self.rollback_pending(&Arc::from(field));
@@ -344,6 +349,7 @@ impl Lock {
             self.clone(),
             conn,
             release,
+            latch,
             sent_at,
             pending,
         ));

@@ -4,6 +4,7 @@
 //! release are in [`hold`].
 
 mod acquire;
+mod burial;
 mod fair;
 mod hold;
 mod kind;

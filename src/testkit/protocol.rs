@@ -252,6 +252,15 @@ pub fn rollback(
     ))
 }
 
+/// The burial of hold (request) `hold_id` given up by its release or
+/// rollback: its latch lives `ttl` (the crate uses 30 minutes), and any
+/// copy of the request landing meanwhile changes nothing (a release answers
+/// the latched result, a rollback undoes nothing, the acquire is refused).
+/// Reply: 1.
+pub fn bury(name: &str, hold_id: &str, ttl: Duration) -> ScriptInvocation<'static> {
+    script(wire::bury(&LockKeys::new(name).unlock_latch(hold_id), ttl))
+}
+
 /// The batched renewal script call. Reply: one 1 (renewed) or 0 (gone) per
 /// hold.
 pub fn renew_batch<'a>(

@@ -1,11 +1,12 @@
 //! A release that could not reach its node is retried in the background
-//! once the node is back; the owner's next hold there must outlive it.
+//! once the node is back, or given up and buried; the owner's next hold
+//! there must outlive it, and any late copy of it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::Node;
-use multilock::testkit::{TestServer, poll_until};
+use multilock::testkit::{Delay, Direction, TcpProxy, TestServer, poll_until};
 
 /// A release whose node was down is sent again in the background once the
 /// node is back (restarted empty: the release's latch is gone with it). The
@@ -100,4 +101,62 @@ async fn background_release_ran(url: &str, round: usize) {
     )
     .await
     .unwrap();
+}
+
+/// A release whose copies were held up on their way longer than its retry
+/// window (a partitioned link retransmits them once it heals) is given up
+/// and then buried before its owner's next grant there: when the copies
+/// land, after that grant, they find the latch and change nothing. Before
+/// the burial the first copy found the owner's field on the new hold and
+/// released it.
+#[tokio::test]
+async fn a_release_landing_after_its_window_never_releases_the_next_hold() {
+    /// Longer than the 60 s window, with room for the next grant before it.
+    const HELD_UP: Duration = Duration::from_secs(72);
+    let server = server().await;
+    let url = server.url();
+    let proxy = TcpProxy::start(server.port()).await.unwrap();
+    let node = node_at(&proxy.url(), Duration::from_millis(500));
+    let lock = client().lock(&node, "buried").unwrap();
+    // Over long before the window ends: the owner's next grant is fresh.
+    let held = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
+    proxy.set_delay(Direction::ToServer, Delay::fixed(HELD_UP));
+    let sent = Instant::now();
+    let err = held.unlock().await.unwrap_err();
+    assert!(err.is_node_unavailable(), "{err:?}");
+    // The release and its retry are on their way; what is sent from now on
+    // goes at once (a new connection: the held-up one is broken).
+    proxy.set_delay(Direction::ToServer, Delay::NONE);
+    let again = eventually(
+        HELD_UP,
+        |err| format!("no grant after the window: {err}"),
+        || async {
+            match lock
+                .try_lock_for(Duration::ZERO, Some(Duration::from_secs(600)))
+                .await
+            {
+                Ok(Some(guard)) => Ok(guard),
+                Ok(None) => panic!("nobody else holds it"),
+                Err(err) => Err(err),
+            }
+        },
+    )
+    .await;
+    assert!(
+        sent.elapsed() < HELD_UP,
+        "granted after the copies landed: this test shows nothing"
+    );
+    let before = script_calls(&url).await;
+    poll_until(
+        HELD_UP + PATIENCE,
+        || "the held-up release never landed".to_owned(),
+        || async { (script_calls(&url).await > before).then_some(()) },
+    )
+    .await
+    .unwrap();
+    assert!(
+        exists(&url, "buried").await,
+        "the release given up took the next hold"
+    );
+    again.unlock().await.unwrap();
 }

@@ -417,6 +417,66 @@ async fn a_fresh_hold_is_rolled_back_by_its_count() {
     }
 }
 
+/// A release or rollback given up after its window is buried before its
+/// owner's next request (`bury`): copies of the given-up request and of
+/// its acquire that land after the owner's next grant change nothing. A
+/// late release answers from the latch; a late rollback undoes nothing,
+/// and the latch it rewrites stays as long as the burial; a late acquire
+/// is refused. Unburied, each of them would take the new hold.
+#[tokio::test]
+async fn copies_of_a_buried_request_leave_the_next_hold() {
+    let server = server().await;
+    let url = server.url();
+    let mut conn = raw(&url).await;
+    let field = protocol::field("buried-client", "owner");
+    let lease = Duration::from_secs(60);
+    let burial = Duration::from_secs(30 * 60);
+    let acquire = |hold_id: &str| protocol::acquire("buried", &field, lease, hold_id);
+    for given_up in ["release", "rollback"] {
+        // The hold whose release (or the acquire whose rollback) was given
+        // up; then its lease ran out.
+        let old: AcquireReply = acquire("old").invoke_async(&mut conn).await.unwrap();
+        assert!(matches!(old, AcquireReply::Granted { count: 1, .. }));
+        let _: i64 = run(&url, redis::cmd("DEL").arg("buried")).await.unwrap();
+        let _: i64 = protocol::bury("buried", "old", burial)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        let new: AcquireReply = acquire("new").invoke_async(&mut conn).await.unwrap();
+        assert!(matches!(new, AcquireReply::Granted { count: 1, .. }));
+
+        if given_up == "release" {
+            let late: Option<i64> = protocol::release("buried", &field, "old")
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(late, Some(0), "answered from the latch");
+        } else {
+            // Known holds as counted before the new grant: none.
+            for copy in ["first", "second"] {
+                let late: Option<i64> = protocol::rollback("buried", &field, "old", 0)
+                    .invoke_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert_eq!(late, None, "{copy} late rollback undid nothing");
+                let latch = protocol::unlock_latch("buried", "old");
+                assert!(
+                    pttl(&url, &latch).await > lease.as_millis() as i64,
+                    "the {copy} late rollback shortened the burial"
+                );
+            }
+            let late: AcquireReply = acquire("old").invoke_async(&mut conn).await.unwrap();
+            assert_eq!(late, AcquireReply::Cancelled);
+        }
+        assert_eq!(
+            hold_count(&server, "buried", &field).await,
+            1,
+            "a late {given_up} took the new hold"
+        );
+        let _: String = run(&url, &redis::cmd("FLUSHALL")).await.unwrap();
+    }
+}
+
 /// Every release's latch is deleted by a later release on the node (the
 /// work Redisson's client does with a DEL of its own after each unlock):
 /// a thousand lock+unlock cycles leave no more than a few latches, where
