@@ -24,6 +24,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
 pub use builder::NodeBuilder;
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
 pub(crate) use builder::ShardSettings;
 #[cfg(feature = "cluster")]
 pub use cluster::ShardedPubSub;

@@ -44,6 +44,7 @@ impl Poller {
     }
 
     /// What a push sender keeps to call [`Poller::check_soon`] with.
+    #[cfg(feature = "sentinel")]
     pub(crate) fn nudge(&self) -> Arc<Nudge> {
         self.nudge.clone()
     }

@@ -78,6 +78,7 @@ impl Publish {
     pub(crate) const PLAIN: Publish = Publish(None);
 
     /// `spublish` while `sharded` is true, else `publish`.
+    #[cfg(any(feature = "cluster", feature = "testkit", test))]
     pub(crate) fn shared(sharded: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Publish {
         Publish(Some(sharded))
     }
@@ -140,6 +141,30 @@ impl LockKeys {
         latch.push_str(request_id);
         latch
     }
+}
+
+/// The hash slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash
+/// tag (the part between the first `{` and the next `}`, when not empty),
+/// else of the whole key, modulo 16384. Every key of one lock shares the
+/// name's slot.
+#[cfg(any(feature = "cluster", feature = "testkit"))]
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    const SLOTS: u16 = 16384;
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    let crc = hashed.iter().fold(0u16, |mut crc, &byte| {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
+        }
+        crc
+    });
+    crc % SLOTS
 }
 
 /// The hash field of a hold: `<client-uuid>:<owner>`.

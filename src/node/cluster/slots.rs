@@ -5,26 +5,7 @@ use redis::Value;
 /// Hash slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;
 
-/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part
-/// between the first `{` and the next `}`, when not empty), else of the
-/// whole key, modulo 16384.
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    let hashed = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    };
-    let crc = hashed.iter().fold(0u16, |mut crc, &byte| {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
-        }
-        crc
-    });
-    crc % SLOTS as u16
-}
+pub(crate) use crate::protocol::key_slot;
 
 /// The primary of a range of slots, as `CLUSTER SLOTS` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

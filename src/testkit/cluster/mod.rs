@@ -33,20 +33,7 @@ const SLOTS: u16 = 16384;
 /// assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
 /// ```
 pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
-    let key = key.as_ref();
-    let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    let crc = tag.unwrap_or(key).iter().fold(0u16, |mut crc, &byte| {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = (crc << 1) ^ if crc & 0x8000 != 0 { 0x1021 } else { 0 };
-        }
-        crc
-    });
-    crc % SLOTS
+    crate::protocol::key_slot(key.as_ref())
 }
 
 /// One node of a [`RedisCluster`]: a [`RedisProcess`] and its cluster node id.
