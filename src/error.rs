@@ -95,8 +95,9 @@ pub enum Unavailable {
     NoPrimary,
     /// A node that is a Redis Cluster: no node gave the slot map, or no
     /// primary served the lock's slot within the response timeout
-    /// (`CLUSTERDOWN`, `TRYAGAIN`, or redirects that did not settle during
-    /// a failover or slot migration). Nothing was applied.
+    /// (`CLUSTERDOWN`, `TRYAGAIN`, redirects that did not settle during a
+    /// failover or slot migration, or a server the slot map named that
+    /// answers as a replica now). Nothing was applied.
     NoShard,
 }
 

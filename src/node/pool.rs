@@ -240,10 +240,7 @@ impl managed::Manager for ConnectionFactory {
         let info: String = redis::FromRedisValue::from_redis_value(info)?;
         if replies.next().is_some_and(|role| !is_primary(&role)) {
             self.target.maybe_moved();
-            return Err(RedisError::from((
-                redis::ErrorKind::MasterNameNotFoundBySentinel,
-                "the server the sentinels name is not a primary (yet)",
-            )));
+            return Err(self.target.not_a_primary());
         }
         if !self.target.is_current(epoch) {
             // The primary moved while this connection was made: it is

@@ -106,6 +106,28 @@ impl Target {
     pub(crate) fn checks_role(&self) -> bool {
         !matches!(self, Target::Server(_))
     }
+
+    /// The error of a new connection whose server answered `ROLE` as no
+    /// primary: a Cluster shard's slots are changing hands (it reads as
+    /// [`Unavailable::NoShard`], and a waiting acquire asks again after a
+    /// pause); a Sentinel group's failover is under way
+    /// ([`Unavailable::NoPrimary`]).
+    ///
+    /// [`Unavailable::NoShard`]: crate::Unavailable::NoShard
+    /// [`Unavailable::NoPrimary`]: crate::Unavailable::NoPrimary
+    pub(crate) fn not_a_primary(&self) -> redis::RedisError {
+        #[cfg(feature = "cluster")]
+        if matches!(self, Target::Shard(_) | Target::Cluster(_)) {
+            return redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                "the server the slot map names is not a primary (any more)",
+            ));
+        }
+        redis::RedisError::from((
+            redis::ErrorKind::MasterNameNotFoundBySentinel,
+            "the server the sentinels name is not a primary (yet)",
+        ))
+    }
 }
 
 /// Resolves at the next change of `switches` (see [`Target::switches`]);
