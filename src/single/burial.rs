@@ -21,8 +21,9 @@ impl Lock {
     /// Buries `latch`, the latch of a request first sent at `sent_at` whose
     /// release or rollback was given up: tried on fresh connections with
     /// backoff until the node answers, or until [`timing::BURIAL`] after
-    /// `sent_at` (no copy can be in flight any more). Run while the
-    /// request's `PendingRollback` is held.
+    /// `sent_at` (by then TCP has given up any copy still in flight; a
+    /// server frozen that long with a copy in its buffers is not covered).
+    /// Run while the request's `PendingRollback` is held.
     pub(super) async fn bury(&self, latch: &str, sent_at: Instant) {
         let give_up_at = sent_at + timing::BURIAL;
         let node = self.node();
