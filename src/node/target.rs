@@ -117,7 +117,7 @@ impl Target {
     /// [`Unavailable::NoPrimary`]: crate::Unavailable::NoPrimary
     pub(crate) fn not_a_primary(&self) -> redis::RedisError {
         #[cfg(feature = "cluster")]
-        if matches!(self, Target::Shard(_) | Target::Cluster(_)) {
+        if matches!(self, Target::Shard(_)) {
             return redis::RedisError::from((
                 redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                 "the server the slot map names is not a primary (any more)",

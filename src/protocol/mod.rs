@@ -143,13 +143,16 @@ impl LockKeys {
     }
 }
 
+/// Hash slots of a Redis Cluster.
+#[cfg(any(feature = "cluster", feature = "testkit"))]
+pub(crate) const SLOTS: u16 = 16384;
+
 /// The hash slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash
 /// tag (the part between the first `{` and the next `}`, when not empty),
 /// else of the whole key, modulo 16384. Every key of one lock shares the
 /// name's slot.
 #[cfg(any(feature = "cluster", feature = "testkit"))]
 pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    const SLOTS: u16 = 16384;
     let hashed = match key.iter().position(|&b| b == b'{') {
         Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
             Some(len) if len > 0 => &key[open + 1..open + 1 + len],

@@ -10,6 +10,8 @@
 //! owner's requests of that field on that node stay held back (the
 //! caller's `PendingRollback`) until the server answered it.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::Lock;
@@ -28,7 +30,7 @@ impl Lock {
         let give_up_at = sent_at + timing::BURIAL;
         let node = self.node();
         let call = protocol::bury(latch, timing::BURIAL);
-        let mut backoff = std::time::Duration::from_millis(50);
+        let mut backoff = Duration::from_millis(50);
         // A failover or a slot changing hands: the new primary at once.
         let mut moves = node.moves();
         loop {
@@ -46,7 +48,7 @@ impl Lock {
                         () = tokio::time::sleep(backoff) => {}
                         () = next_switch(&mut moves) => {}
                     }
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
         }

@@ -270,6 +270,7 @@ async fn finish_release(
         }
     }
     tracing::warn!(lock = %lock.name(), node = %lock.node().addr(), "a release got no answer within its window; the lock ends with its lease");
+    // The held-up connection closes now, not after the burial.
     drop(conn);
     lock.bury(&latch, sent_at).await;
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{LONG_LEASE, PATIENCE, client, eventually, wait_for_listeners};
+use crate::common::{LONG_LEASE, client, node_at, wait_for_listeners, wait_healthy};
 use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Health, Node};
 
@@ -104,22 +104,7 @@ async fn tls_end_to_end() {
 
 #[tokio::test]
 async fn a_red_lock_ends_its_wait_on_a_wrong_password() {
-    let servers =
-        futures::future::try_join_all((0..3).map(|_| {
-            RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
-        }))
-        .await
-        .unwrap();
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| {
-            Node::builder(format!("redis://:wrong@127.0.0.1:{}", s.port()))
-                .connect_timeout(Duration::from_millis(500))
-                .response_timeout(Duration::from_millis(500))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let (_servers, nodes) = wrong_password_nodes(3).await;
     let red = client().red_lock_on(&nodes, "auth").unwrap();
     let started = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(10), red.lock())
@@ -146,16 +131,9 @@ async fn a_red_lock_ends_its_wait_on_a_wrong_password() {
 /// waited out its whole deadline.)
 #[tokio::test]
 async fn a_node_refusing_the_password_is_not_kept_suspect() {
-    let mut server =
-        RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
-            .await
-            .unwrap();
-    let node = Node::builder(format!("redis://:wrong@127.0.0.1:{}", server.port()))
-        .connect_timeout(Duration::from_millis(300))
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let lock = client().lock(&node, "auth-probe").unwrap();
+    let (mut servers, nodes) = wrong_password_nodes(1).await;
+    let (server, node) = (&mut servers[0], &nodes[0]);
+    let lock = client().lock(node, "auth-probe").unwrap();
     server.pause().await.unwrap();
     let frozen = lock.try_lock().await.unwrap_err();
     assert!(!frozen.is_permanent(), "{frozen}");
@@ -164,17 +142,7 @@ async fn a_node_refusing_the_password_is_not_kept_suspect() {
         "a timed-out request makes the node suspect"
     );
     server.unpause().await.unwrap();
-    eventually(
-        PATIENCE,
-        |health: &Health| format!("the node refusing the password is still {health:?}"),
-        || async {
-            match node.health() {
-                Health::Healthy => Ok(()),
-                health => Err(health),
-            }
-        },
-    )
-    .await;
+    wait_healthy(node).await;
     let refused = lock.try_lock().await.unwrap_err();
     assert!(refused.is_permanent(), "{refused}");
 }
@@ -185,22 +153,7 @@ async fn a_node_refusing_the_password_is_not_kept_suspect() {
 /// three nodes are frozen for the first round instead of slowed.
 #[tokio::test]
 async fn a_red_lock_whose_nodes_timed_out_once_ends_its_wait_on_a_wrong_password() {
-    let mut servers =
-        futures::future::try_join_all((0..3).map(|_| {
-            RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
-        }))
-        .await
-        .unwrap();
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| {
-            Node::builder(format!("redis://:wrong@127.0.0.1:{}", s.port()))
-                .connect_timeout(Duration::from_millis(300))
-                .response_timeout(Duration::from_millis(300))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let (mut servers, nodes) = wrong_password_nodes(3).await;
     let red = client().red_lock_on(&nodes, "auth-suspect").unwrap();
     for server in &mut servers[..2] {
         server.pause().await.unwrap();
@@ -218,4 +171,25 @@ async fn a_red_lock_whose_nodes_timed_out_once_ends_its_wait_on_a_wrong_password
     .expect("try_lock_for() ended its 60 s wait at the refused password");
     let err = outcome.unwrap_err();
     assert!(err.is_permanent(), "{err}");
+}
+
+/// `n` servers that require the password `right`, and a node for each that
+/// gives `wrong`, with 500 ms timeouts.
+async fn wrong_password_nodes(n: usize) -> (Vec<RedisProcess>, Vec<Node>) {
+    let servers =
+        futures::future::try_join_all((0..n).map(|_| {
+            RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
+        }))
+        .await
+        .unwrap();
+    let nodes = servers
+        .iter()
+        .map(|s| {
+            node_at(
+                &format!("redis://:wrong@127.0.0.1:{}", s.port()),
+                Duration::from_millis(500),
+            )
+        })
+        .collect();
+    (servers, nodes)
 }

@@ -31,20 +31,6 @@ async fn warm(nodes: &[Node]) {
     warm.lock().await.unwrap().unlock().await.unwrap();
 }
 
-async fn wait_healthy(node: &Node) {
-    eventually(
-        PATIENCE,
-        |health: &Health| format!("{} still {health:?}", node.addr()),
-        || async {
-            match node.health() {
-                Health::Healthy => Ok(()),
-                health => Err(health),
-            }
-        },
-    )
-    .await;
-}
-
 /// The first round pays the frozen node's timeout and makes it suspect;
 /// the next rounds skip it at no cost; once it resumes (and its probe sees
 /// it), it is used again.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use crate::common::*;
+use multilock::Client;
 use multilock::testkit::TestServer;
-use multilock::{Client, Health};
 
 /// The process's recorder (one per process, as the facade allows).
 fn snapshotter() -> &'static Snapshotter {
@@ -115,17 +115,7 @@ async fn a_scripted_sequence_is_recorded() {
     server.pause().await.unwrap();
     assert!(a.try_lock().await.is_err());
     server.unpause().await.unwrap();
-    eventually(
-        PATIENCE,
-        |health: &Health| format!("still {health:?}"),
-        || async {
-            match node.health() {
-                Health::Healthy => Ok(()),
-                health => Err(health),
-            }
-        },
-    )
-    .await;
+    wait_healthy(&node).await;
 
     let recorded = recorded_for(&addr);
     // Attempts: A's grant, B's refusal, B's grant(s) while waiting (B's

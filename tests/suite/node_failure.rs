@@ -151,17 +151,7 @@ async fn paused_node_times_out_and_recovers() {
         "{again:?}"
     );
     server.unpause().await.unwrap();
-    eventually(
-        PATIENCE,
-        |health: &multilock::Health| format!("still {health:?} after the node resumed"),
-        || async {
-            match node.health() {
-                multilock::Health::Healthy => Ok(()),
-                health => Err(health),
-            }
-        },
-    )
-    .await;
+    wait_healthy(&node).await;
     // The timed-out acquire is applied once the node resumed; it is rolled
     // back on its own connection, so the lock ends up free.
     let other = Client::new().lock(&node, "frozen").unwrap();

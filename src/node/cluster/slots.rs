@@ -3,7 +3,7 @@
 use redis::Value;
 
 /// Hash slots of a Redis Cluster.
-pub(crate) const SLOTS: usize = 16384;
+pub(crate) const SLOTS: usize = crate::protocol::SLOTS as usize;
 
 pub(crate) use crate::protocol::key_slot;
 

@@ -9,6 +9,7 @@ use redis::Value;
 use super::command::{Role, ask, free_port, info_field, poll_ready, role, url_of};
 use super::replicated::PRIMARY_FLAGS;
 use super::{RedisProcess, TestServer};
+use crate::protocol::SLOTS;
 
 mod migration;
 
@@ -19,9 +20,6 @@ const READY_LIMIT: Duration = Duration::from_secs(30);
 
 /// The slots of the three primaries, split as `redis-cli --cluster create` does.
 const SHARDS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
-
-/// How many hash slots a cluster has.
-const SLOTS: u16 = 16384;
 
 /// The hash slot of `key` as Redis computes it: CRC16 (XMODEM) of the key,
 /// or of its hash tag (what lies between the first `{` and the next `}`,

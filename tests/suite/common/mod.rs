@@ -233,6 +233,22 @@ pub async fn lock_once_back(lock: &Lock, what: &str) -> Guard {
     .await
 }
 
+/// Waits until `node` reports [`Health::Healthy`], within [`PATIENCE`]: its
+/// probe (or a request) got an answer.
+pub async fn wait_healthy(node: &Node) {
+    eventually(
+        PATIENCE,
+        |health: &multilock::Health| format!("{} still {health:?}", node.addr()),
+        || async {
+            match node.health() {
+                multilock::Health::Healthy => Ok(()),
+                health => Err(health),
+            }
+        },
+    )
+    .await;
+}
+
 /// `INFO commandstats` of `url` as command -> calls.
 pub async fn command_calls(url: &str) -> HashMap<String, u64> {
     let info: String = run(url, redis::cmd("INFO").arg("commandstats"))
