@@ -24,18 +24,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::new();
 
     // A single-node reentrant lock, renewed by the watchdog while held.
+    // Re-entry is asked for: the code run under the lock re-enters it.
     let lock = client.lock(&nodes[0], "orders:42")?;
-    let outer = lock.lock().await?;
-    let inner = lock.lock().await?; // same task: re-entered
-    println!("held {} times on {}", lock.hold_count().await?, lock.node());
-    inner.unlock().await?;
-    outer.unlock().await?;
+    let count = lock
+        .run_locked(|_| async {
+            let inner = lock.lock().await?; // inside the hold's scope: re-entered
+            let count = lock.hold_count().await?;
+            inner.unlock().await?;
+            Ok::<_, multilock::Error>(count)
+        })
+        .await??;
+    println!("held {count} times on {}", lock.node());
 
-    // Another task cannot enter while we hold it.
+    // Anyone else waits while we hold it: another task, and another future
+    // of this very task.
     let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
     let other = lock.clone();
     let got = tokio::spawn(async move { other.try_lock().await }).await??;
     println!("another task got it while held: {}", got.is_some());
+    println!(
+        "another future of this task got it while held: {}",
+        lock.try_lock().await?.is_some()
+    );
     guard.unlock().await?;
 
     // A RedLock over every node: a majority must grant.

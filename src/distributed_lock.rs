@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::Guard;
+use crate::owner::Owner;
 use crate::quorum::{QuorumLock, QuorumPolicy};
 use crate::single::Lock;
 
@@ -44,6 +45,15 @@ use crate::single::Lock;
 pub trait DistributedLock: Clone + Send + Sync + 'static {
     /// The lock's name (the first lock's, for a MultiLock of several names).
     fn name(&self) -> &str;
+
+    /// This handle bound to an explicit owner: its acquires re-enter that
+    /// owner's holds (see [`Owner`]).
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    fn with_owner(&self, owner: Owner) -> Self;
+
+    /// The owner an acquire through this handle holds for, made here and
+    /// now (see [`Lock::owner`]).
+    fn owner(&self) -> Owner;
 
     /// Acquires, waiting as long as it takes; the guard's holds are renewed
     /// by the client's watchdog while it lives.
@@ -109,6 +119,12 @@ macro_rules! forward {
     () => {
         fn name(&self) -> &str {
             Self::name(self)
+        }
+        fn with_owner(&self, owner: Owner) -> Self {
+            Self::with_owner(self, owner)
+        }
+        fn owner(&self) -> Owner {
+            Self::owner(self)
         }
         fn lock(&self) -> impl Future<Output = Result<Guard>> + Send {
             Self::lock(self)

@@ -143,6 +143,10 @@ pub enum FailureCause {
     /// no longer reach it): the request may still be applied there, and is
     /// then undone or adopted.
     NoAnswer,
+    /// An unlock or extension of a guard that never held this node (it did
+    /// not grant when the lock was acquired, nor later): nothing was sent
+    /// there, and the node counts neither for the quorum nor against it.
+    NeverGranted,
 }
 
 impl Error {
@@ -298,6 +302,10 @@ impl fmt::Display for QuorumError {
         let silent = list(|c| matches!(c, FailureCause::NoAnswer));
         if !silent.is_empty() {
             write!(f, "; no answer yet from [{}]", silent.join(", "))?;
+        }
+        let never = list(|c| matches!(c, FailureCause::NeverGranted));
+        if !never.is_empty() {
+            write!(f, "; never granted on [{}]", never.join(", "))?;
         }
         for n in &self.failures {
             if let FailureCause::Failed(e) = &n.cause {

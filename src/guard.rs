@@ -3,6 +3,7 @@
 //! grants its round received after it returned ([`LateParts`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
-use crate::owner::Owner;
+use crate::owner::{Owner, Turn};
 use crate::single::{HeldPart, PartView};
 use crate::timing;
 
@@ -44,6 +45,14 @@ pub struct Guard {
     late: Option<Arc<Mutex<LateParts>>>,
     shape: Shape,
     token: Option<u64>,
+    /// Fewer parts than the quorum could prove their hold, as `lost()`,
+    /// `valid_until()` or `nodes()` saw: the guard never claims the lock
+    /// again (its parts' proof only breaks for good; this also keeps a late
+    /// grant from reviving it).
+    lost: AtomicBool,
+    /// A re-entry of a `run_locked` scope keeps the scope's turn while it
+    /// lives.
+    turn: Option<Turn>,
 }
 
 /// What kind of lock a guard holds.
@@ -67,6 +76,28 @@ impl Shape {
             Shape::Quorum { required, .. } => *required,
         }
     }
+
+    /// The lock's nodes (none named for a single-node lock: its errors are
+    /// its node's own).
+    fn nodes(&self) -> Vec<String> {
+        match self {
+            Shape::Single => Vec::new(),
+            Shape::Quorum { nodes, .. } => nodes.clone(),
+        }
+    }
+}
+
+/// The nodes of `nodes` this guard never held (not in `held`), as failures
+/// of a quorum operation: they count neither for it nor against it.
+fn never_granted(nodes: &[String], held: &[String]) -> Vec<NodeFailure> {
+    nodes
+        .iter()
+        .filter(|node| !held.contains(node))
+        .map(|node| NodeFailure {
+            node: node.clone(),
+            cause: FailureCause::NeverGranted,
+        })
+        .collect()
 }
 
 /// Grants a multi-node round received after it had its quorum and returned
@@ -76,16 +107,18 @@ impl Shape {
 #[derive(Default)]
 pub(crate) struct LateParts {
     closed: bool,
+    /// The guard is lost: a late grant no longer counts.
+    lost: bool,
     parts: Vec<HeldPart>,
 }
 
 impl LateParts {
-    /// Adopts `part`, or releases it if the guard is gone.
+    /// Adopts `part`, or releases it if the guard is gone or lost.
     pub(crate) fn adopt(late: &Mutex<LateParts>, part: HeldPart) {
         let mut late = late.lock().unwrap();
-        if late.closed {
+        if late.closed || late.lost {
             drop(late);
-            tracing::debug!(node = %part.node_addr(), "a late grant for a released guard: rolled back");
+            tracing::debug!(node = %part.node_addr(), "a late grant for a released or lost guard: rolled back");
             // Dropping an unreleased part releases it in the background.
             drop(part);
         } else {
@@ -112,6 +145,8 @@ impl Guard {
             parts: vec![part],
             late: None,
             shape: Shape::Single,
+            lost: AtomicBool::new(false),
+            turn: None,
         }
     }
 
@@ -135,7 +170,16 @@ impl Guard {
             late: Some(late),
             shape,
             token,
+            lost: AtomicBool::new(false),
+            turn: None,
         }
+    }
+
+    /// This guard, keeping `turn` (its scope's, when it re-entered one)
+    /// until it is released or dropped.
+    pub(crate) fn in_turn(mut self, turn: Turn) -> Guard {
+        self.turn = Some(turn);
+        self
     }
 
     /// Every part held now, the adopted late ones included.
@@ -145,6 +189,41 @@ impl Guard {
             views.extend(late.lock().unwrap().parts.iter().filter_map(HeldPart::view));
         }
         views
+    }
+
+    /// The parts that prove their hold at `now`, with until when (later
+    /// than `now`); none once the guard is lost. The one judge behind
+    /// `lost()`, `valid_until()` and `nodes()`, so the three agree: when
+    /// fewer than the quorum prove their hold, the guard is lost for good.
+    fn proven(&self, now: Instant) -> Vec<(PartView, Instant)> {
+        if self.lost.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let proven: Vec<(PartView, Instant)> = self
+            .views()
+            .into_iter()
+            .filter_map(|part| {
+                let until = part.proven_until().filter(|until| *until > now)?;
+                Some((part, until))
+            })
+            .collect();
+        if proven.len() < self.shape.required() {
+            self.mark_lost();
+            return Vec::new();
+        }
+        proven
+    }
+
+    /// Records that the guard is lost: from now on it proves nothing, and a
+    /// late grant is released instead of adopted.
+    fn mark_lost(&self) {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(late) = &self.late {
+            late.lock().unwrap().lost = true;
+        }
+        tracing::debug!(lock = %self.name, "the guard can no longer prove its hold: lost");
     }
 
     /// Releases the lock.
@@ -178,13 +257,16 @@ impl Guard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the lock expired or was taken from this owner
-    /// (for a multi-node lock: when the nodes that released it and those
-    /// where it was no longer held make a quorum between them, so it was not
-    /// held on a quorum at the end); [`Error::NodeUnavailable`] when the node could not be
-    /// reached (a retried release is idempotent: it returns the first
-    /// result); for a multi-node lock, [`Error::NoQuorum`] when node
-    /// failures kept a quorum from confirming, naming every node and what it
-    /// answered (or that it had not answered yet).
+    /// (for a multi-node lock: when so many of its nodes said the hold was
+    /// gone that the nodes left, released or unconfirmed, are fewer than a
+    /// quorum: it was not held on a quorum at the end);
+    /// [`Error::NodeUnavailable`] when the node could not be reached (a
+    /// retried release is idempotent: it returns the first result); for a
+    /// multi-node lock, [`Error::NoQuorum`] when fewer than a quorum
+    /// confirmed the release and node failures leave it open whether the
+    /// lock was held on a quorum, naming every node: what it answered, and
+    /// [`FailureCause::NeverGranted`] for the nodes this guard never held
+    /// (they count neither way).
     ///
     /// # Cancel safety
     ///
@@ -207,7 +289,7 @@ impl Guard {
                 nodes, required, ..
             } => (nodes.clone(), *required),
         };
-        let mut held_on: Vec<String> = parts.iter().map(|p| p.node_addr().to_owned()).collect();
+        let held: Vec<String> = parts.iter().map(|p| p.node_addr().to_owned()).collect();
         let mut releases: FuturesUnordered<_> = parts
             .into_iter()
             .map(|part| {
@@ -218,7 +300,6 @@ impl Guard {
         let mut released = Vec::new();
         let mut failures = Vec::new();
         while let Some((node, result)) = releases.next().await {
-            held_on.retain(|n| *n != node);
             match result {
                 Ok(_) => released.push(node),
                 Err(err) => failures.push(NodeFailure {
@@ -231,39 +312,24 @@ impl Guard {
                 return Ok(());
             }
         }
-        if released.len() >= required {
-            return Ok(());
-        }
-        // Nodes this guard never held count as not held there.
-        for node in &nodes {
-            let accounted = released.contains(node)
-                || failures.iter().any(|f| f.node == *node)
-                || held_on.contains(node);
-            if !accounted {
-                failures.push(NodeFailure {
-                    node: node.clone(),
-                    cause: FailureCause::Failed(Error::NotHeld {
-                        lock: self.name.to_string(),
-                        nodes: vec![node.clone()],
-                    }),
-                });
-            }
-        }
         let not_held: Vec<String> = failures
             .iter()
             .filter(|f| matches!(f.cause, FailureCause::Failed(Error::NotHeld { .. })))
             .map(|f| f.node.clone())
             .collect();
-        // The nodes that answered make a quorum, and some of them said the
-        // lock was not held there: it was not held on a quorum when it was
-        // released (it had run out, or was taken away), which is what a
-        // single-node lock would say.
-        if !not_held.is_empty() && released.len() + not_held.len() >= required {
+        // The nodes where the hold may still have been (released, or not
+        // confirmed either way) are too few for a quorum: the lock was not
+        // held on a quorum when it was released (it had run out, or was
+        // taken away), which is what a single-node lock would say. A node
+        // this guard never held is neither: it proves nothing either way.
+        let maybe_held = held.len() - not_held.len();
+        if maybe_held < required {
             return Err(Error::NotHeld {
                 lock: self.name.to_string(),
                 nodes: not_held,
             });
         }
+        failures.extend(never_granted(&nodes, &held));
         Err(Error::NoQuorum(QuorumError {
             lock: self.name.to_string(),
             succeeded: released.len(),
@@ -298,7 +364,8 @@ impl Guard {
     /// [`Error::InvalidArgument`] for a guard renewed by the watchdog (it
     /// needs no extension) or a lease out of bounds (see
     /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease));
-    /// [`Error::NotHeld`] when the lock is no longer held (a single node), or
+    /// [`Error::NotHeld`] when the lock is no longer held (a single node),
+    /// or the guard is lost ([`Guard::lost`]: it is never revived), or
     /// the node's error; for a multi-node lock, [`Error::NoQuorum`] naming
     /// each node that did not extend, when fewer than a quorum did in time.
     /// The parts that did extend keep their longer TTL.
@@ -313,6 +380,14 @@ impl Guard {
             return Err(Error::invalid(
                 "extend() is for guards with a fixed lease; the watchdog renews this one",
             ));
+        }
+        if self.proven(Instant::now()).is_empty() {
+            // Lost (or never proven since): a guard that could not prove its
+            // hold is never revived.
+            return Err(Error::NotHeld {
+                lock: self.name.to_string(),
+                nodes: views.iter().map(|p| p.node_addr().to_owned()).collect(),
+            });
         }
         let (node_timeout, required, nodes) = match &self.shape {
             Shape::Single => {
@@ -344,7 +419,8 @@ impl Guard {
         .await;
         let elapsed = started.elapsed();
         let mut extended = Vec::new();
-        let mut failures = Vec::new();
+        let held: Vec<String> = results.iter().map(|(node, _)| node.clone()).collect();
+        let mut failures = never_granted(&self.shape.nodes(), &held);
         for (node, outcome) in results {
             match outcome {
                 Ok(_) => extended.push(node),
@@ -371,14 +447,22 @@ impl Guard {
     /// proven held: when fewer nodes than the quorum (one, for a single-node
     /// lock) can still *prove* their hold.
     ///
-    /// A node can prove its hold while its key surely lives (its last grant
+    /// A node proves its hold while its key surely lives (its last grant
     /// or renewal, plus the TTL that set, less clock drift, has not passed),
-    /// no renewal found the key gone, and its latest renewal was answered.
-    /// So `lost()` fires within one renewal period (a third of the watchdog
-    /// timeout) once renewals are refused or time out on too many nodes, at
-    /// once when a renewal finds the key gone, and when a fixed lease runs
-    /// out. A node that answers slowly, within its response timeout, proves
-    /// its hold. Late grants the guard adopted count from their arrival.
+    /// and every renewal since the grant was answered and found the hold (a
+    /// read hold: one of its timeout keys). So `lost()` fires within one
+    /// renewal period (a third of the watchdog timeout) once renewals are
+    /// refused or time out on too many nodes, at once when a renewal finds
+    /// the key gone, and when a fixed lease runs out. A node that answers
+    /// slowly, within its response timeout, proves its hold. Late grants
+    /// the guard adopted count from their arrival.
+    ///
+    /// A proof that broke stays broken, and a lost guard stays lost: a
+    /// renewal that gets through after a pause (of this process, or of the
+    /// node) does not revive it, since someone else may have held the
+    /// lock in between. From then on [`Guard::valid_until`] is `None` and
+    /// [`Guard::nodes`] empty; the guard still releases what is left of
+    /// its hold when unlocked or dropped.
     ///
     /// # Examples
     ///
@@ -397,14 +481,16 @@ impl Guard {
     ///
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
-        let views = self.views();
-        // Parts that may be lost before fewer than `quorum` remain held.
-        let spare = views.len().saturating_sub(self.shape.required());
-        let mut lost: FuturesUnordered<_> = views.iter().map(PartView::lost).collect();
-        for _ in 0..=spare {
-            if lost.next().await.is_none() {
+        loop {
+            // Judged afresh after every part that stops proving its hold:
+            // a late grant adopted meanwhile counts.
+            let proven = self.proven(Instant::now());
+            if proven.is_empty() {
                 return;
             }
+            let mut part_lost: FuturesUnordered<_> =
+                proven.iter().map(|(part, _)| part.lost()).collect();
+            part_lost.next().await;
         }
     }
 
@@ -421,15 +507,16 @@ impl Guard {
         &self.owner
     }
 
-    /// The addresses of the nodes that still surely hold the lock: granted
-    /// (late grants the guard adopted included), not found gone, and within
-    /// their lease.
+    /// The addresses of the nodes that still prove their hold: granted
+    /// (late grants the guard adopted included), within their lease, and
+    /// with every renewal since the grant answered and finding the hold
+    /// (see [`Guard::lost`]). Empty once the guard is lost: then fewer
+    /// than the quorum proved their hold, and it never claims the lock
+    /// again.
     pub fn nodes(&self) -> Vec<String> {
-        let now = Instant::now();
-        self.views()
+        self.proven(Instant::now())
             .iter()
-            .filter(|p| p.trusted_until().is_some_and(|t| t > now))
-            .map(|p| p.node_addr().to_owned())
+            .map(|(part, _)| part.node_addr().to_owned())
             .collect()
     }
 
@@ -444,19 +531,21 @@ impl Guard {
     /// or renewal set, counted from when that request was sent, less an
     /// allowance for clock drift), so it moves forward with every renewal
     /// and with a re-entry that extended the key. `None` once too many
-    /// nodes are known to have lost the lock.
+    /// nodes can no longer prove their hold: once [`Guard::lost`] has fired
+    /// (or could have), this is `None` for good, as [`Guard::nodes`] is
+    /// empty.
     ///
     /// Measured on the monotonic clock only: a jump of the wall clock
     /// changes nothing here (a jump of a *server's* clock does: see the
     /// crate's known limits).
     pub fn valid_until(&self) -> Option<std::time::Instant> {
-        let mut trusted: Vec<Instant> = self
-            .views()
-            .iter()
-            .filter_map(PartView::trusted_until)
+        let mut proven: Vec<Instant> = self
+            .proven(Instant::now())
+            .into_iter()
+            .map(|(_, until)| until)
             .collect();
-        trusted.sort_unstable_by(|a, b| b.cmp(a));
-        trusted
+        proven.sort_unstable_by(|a, b| b.cmp(a));
+        proven
             .get(self.shape.required().checked_sub(1)?)
             .map(|t| t.into_std())
     }

@@ -1,17 +1,22 @@
 //! Scoped locking: acquire, run the caller's work, release. Like
 //! node-redlock's and rslock's `using`, but the work is stopped (dropped)
 //! as soon as the lock can no longer be proven held, and the caller is told.
+//! The work is the hold's scope: acquires of the same locks made inside it
+//! re-enter the hold (see [`Owner`](crate::Owner)).
 
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::owner::{self, LockId};
 
 /// Acquires with `acquire` (a lock's `lock()`), runs `work` with the
-/// fencing token, and releases. If the guard's `lost()` fires first, `work`
-/// is dropped and the result is [`Error::LockLost`] naming lock `name`; see
+/// fencing token as the scope of the hold of the locks `scope`, and
+/// releases. If the guard's `lost()` fires first, `work` is dropped and the
+/// result is [`Error::LockLost`] naming lock `name`; see
 /// [`Lock::run_locked`](crate::Lock::run_locked).
 pub(crate) async fn run_locked<F, Fut, T>(
     acquire: impl Future<Output = Result<Guard>>,
     name: &str,
+    scope: impl IntoIterator<Item = LockId>,
     work: F,
 ) -> Result<T>
 where
@@ -20,7 +25,7 @@ where
 {
     let guard = acquire.await?;
     let finished = {
-        let work = work(guard.fencing_token());
+        let work = owner::within(scope, guard.owner(), work(guard.fencing_token()));
         tokio::pin!(work);
         tokio::select! {
             // A loss seen together with the work's end wins: that end cannot

@@ -127,7 +127,9 @@ end
 /// deadline: its predecessor's, or now + the key's PTTL, plus its wait) and
 /// gets the time until its turn as the queue estimates it; one already
 /// queued gets what is left of that (the key's PTTL when the estimate has
-/// passed: the holder stayed longer). Never -2 or -3 for a refusal.
+/// passed: the holder stayed longer). A caller with no wait (0) that is
+/// not queued stays out of the queue and gets the key's PTTL. Never -2 or
+/// -3 for a refusal.
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(super) const ACQUIRE_LUA: &str = concat!(
     r#"
@@ -150,6 +152,10 @@ if not reentry and (exists or (head and head ~= field)) then
         if ttl <= 0 then
             ttl = redis.call('pttl', KEYS[1])
         end
+    elseif wait == 0 then
+        -- One attempt and no wait (Redisson's tryLock()): not queued, so
+        -- a caller that dies right after leaves nothing in the queue.
+        ttl = redis.call('pttl', KEYS[1])
     else
         local last = redis.call('lindex', queue, -1)
         local before = last and tonumber(redis.call('zscore', deadlines, last))

@@ -403,28 +403,29 @@ macro_rules! cancel_latch_lua {
 }
 pub(super) use cancel_latch_lua;
 
-/// A read hold of a read-write lock keeps one expiring key per hold count,
-/// `{name}:<field>:rwlock_timeout:<n>`: when another reader releases, the
-/// hash's TTL becomes the longest of these, so renewing the hash alone would
-/// let a renewed read hold expire. Renews them to at least `lease`, for a
-/// reader's field of a read-write hash (one with a `mode`); nothing for
-/// other locks. Expects the locals `key`, `field`, `count` and `lease`;
-/// sets `renewed_reads` (a read hold's TTL is then its keys', the lease,
-/// whatever the hash has: another reader's release may shorten the hash
-/// down to the longest read key left).
+/// A read hold of a read-write lock lives by its timeout keys, one per hold
+/// count, `{name}:<field>:rwlock_timeout:<n>`, not by its hash field: the
+/// field outlives them (another reader's hold keeps the hash), and when
+/// another reader releases, the hash's TTL becomes the longest of these
+/// keys, or the hash goes when none is left. So a read hold is alive while
+/// one of its keys lives, and renewing it renews those keys; a read hold
+/// whose keys are all gone is expired, whatever its field says, and is
+/// never renewed. Expects the locals `key`, `field`, `count` (its field's
+/// count, a number) and `lease`; sets `reads_alive`.
 macro_rules! renew_read_timeouts_lua {
     () => {
         r#"
-local renewed_reads = false
-if string.sub(field, -6) ~= ':write' and redis.call('hget', key, 'mode') then
-    renewed_reads = true
-    local tagged = key
-    if not string.find(key, '{', 1, true) then
-        tagged = '{' .. key .. '}'
-    end
-    for n = 1, tonumber(count) do
-        local timeout = tagged .. ':' .. field .. ':rwlock_timeout:' .. n
-        if redis.call('pttl', timeout) < lease then
+local tagged = key
+if not string.find(key, '{', 1, true) then
+    tagged = '{' .. key .. '}'
+end
+local reads_alive = false
+for n = 1, count do
+    local timeout = tagged .. ':' .. field .. ':rwlock_timeout:' .. n
+    local ttl = redis.call('pttl', timeout)
+    if ttl ~= -2 then
+        reads_alive = true
+        if ttl ~= -1 and ttl < lease then
             redis.call('pexpire', timeout, lease)
         end
     end
@@ -436,12 +437,16 @@ end
 // ---------------------------------------------------------------------------
 // Renewal
 
-/// KEYS[i] lock key i. ARGV[1] lease (ms), ARGV[i+1] field i.
+/// KEYS[i] lock key i. ARGV[1] lease (ms), ARGV[2] one letter per key:
+/// `r` for a read-write lock's read hold, `-` for any other hold;
+/// ARGV[i+2] field i.
 ///
 /// Each key on its own: a key that is not a hash (WRONGTYPE), or whose
 /// field is no count, counts as gone for its hold, is left as it is, and
-/// does not stop the others (`redis.pcall`). A renewal never shortens a TTL
-/// that another hold made longer.
+/// does not stop the others (`redis.pcall`). A read hold is renewed only
+/// while one of its timeout keys lives (see the read fragment): its field
+/// alone proves nothing. A renewal never shortens a TTL that another hold
+/// made longer.
 ///
 /// Reply: one integer per key, 1 when renewed, 0 when the hold is gone.
 pub(super) static RENEW_BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_BATCH_LUA));
@@ -450,15 +455,20 @@ pub(super) const RENEW_BATCH_LUA: &str = concat!(
 local lease = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
-    local count = redis.pcall('hget', KEYS[i], ARGV[i + 1])
-    if type(count) == 'string' and tonumber(count) then
-        if redis.call('pttl', KEYS[i]) < lease then
-            redis.call('pexpire', KEYS[i], lease)
-        end
-        local key, field = KEYS[i], ARGV[i + 1]
+    local key, field = KEYS[i], ARGV[i + 2]
+    local count = redis.pcall('hget', key, field)
+    local alive = type(count) == 'string' and tonumber(count) ~= nil
+    if alive and string.byte(ARGV[2], i) == 114 then
+        count = tonumber(count)
 "#,
     renew_read_timeouts_lua!(),
     r#"
+        alive = reads_alive
+    end
+    if alive then
+        if redis.call('pttl', key) < lease then
+            redis.call('pexpire', key, lease)
+        end
         renewed[i] = 1
     else
         renewed[i] = 0
@@ -469,16 +479,24 @@ return renewed
 );
 
 /// Renew many holds on one node in one call (the watchdog's batch): each
-/// `(lock key, field)` keeps at least `lease` if the field is still there.
+/// `(lock key, field, read hold?)` keeps at least `lease` if the hold is
+/// still there (for a read hold: one of its timeout keys).
 /// Reply: one `true` (renewed) or `false` (gone) per hold, in order.
 pub(crate) fn renew_batch<'a>(
-    holds: impl IntoIterator<Item = (&'a str, &'a str)>,
+    holds: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
     lease: Duration,
 ) -> Call<Vec<bool>> {
     let mut invocation = RENEW_BATCH.prepare_invoke();
-    invocation.arg(millis(lease));
-    for (key, field) in holds {
-        invocation.key(key).arg(field);
+    let mut kinds = String::new();
+    let mut fields = Vec::new();
+    for (key, field, reads) in holds {
+        invocation.key(key);
+        kinds.push(if reads { 'r' } else { '-' });
+        fields.push(field);
+    }
+    invocation.arg(millis(lease)).arg(kinds);
+    for field in fields {
+        invocation.arg(field);
     }
     Call::script(invocation, |reply| {
         Ok(Vec::<i64>::from_redis_value(reply)?
@@ -491,9 +509,11 @@ pub(crate) fn renew_batch<'a>(
 // ---------------------------------------------------------------------------
 // Extend
 
-/// KEYS[1] lock key. ARGV[1] lease (ms), ARGV[2] field.
-/// Reply: the key's TTL after (at least the lease: never shortened) when
-/// the field holds it; -1 when it does not (never revived).
+/// KEYS[1] lock key. ARGV[1] lease (ms), ARGV[2] field, ARGV[3] `1` for a
+/// read-write lock's read hold (it lives by its timeout keys).
+/// Reply: the key's TTL after (at least the lease: never shortened; a read
+/// hold's own, the lease) when the field holds it; -1 when it does not, or
+/// a read hold's timeout keys are all gone (never revived).
 pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 pub(super) const EXTEND_LUA: &str = concat!(
     r#"
@@ -502,27 +522,43 @@ if not count then
     return -1
 end
 local lease = tonumber(ARGV[1])
-local ttl = redis.call('pttl', KEYS[1])
-if ttl < lease then
-    redis.call('pexpire', KEYS[1], lease)
-    ttl = lease
-end
 local key, field = KEYS[1], ARGV[2]
+if ARGV[3] == '1' then
+    count = tonumber(count) or 0
 "#,
     renew_read_timeouts_lua!(),
     r#"
-if renewed_reads then
+    if not reads_alive then
+        return -1
+    end
+    if redis.call('pttl', key) < lease then
+        redis.call('pexpire', key, lease)
+    end
     return lease
+end
+local ttl = redis.call('pttl', key)
+if ttl < lease then
+    redis.call('pexpire', key, lease)
+    ttl = lease
 end
 return ttl
 "#
 );
 
-/// Extend `field`'s hold of `keys` to at least `lease` from now. Reply: the
-/// key's TTL after, `None` when the field no longer holds it.
-pub(crate) fn extend(keys: &LockKeys, field: &str, lease: Duration) -> Call<Option<Duration>> {
+/// Extend `field`'s hold of `keys` (`reads`: a read lock's) to at least
+/// `lease` from now. Reply: the key's TTL after (a read hold's: the
+/// lease), `None` when the field no longer holds it.
+pub(crate) fn extend(
+    keys: &LockKeys,
+    field: &str,
+    lease: Duration,
+    reads: bool,
+) -> Call<Option<Duration>> {
     let mut invocation = EXTEND.key(&*keys.name);
-    invocation.arg(millis(lease)).arg(field);
+    invocation
+        .arg(millis(lease))
+        .arg(field)
+        .arg(if reads { "1" } else { "0" });
     Call::script(invocation, |reply| {
         Ok(ttl_from_pttl(i64::from_redis_value(reply)?))
     })

@@ -300,7 +300,7 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 20] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 21] {
     [
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
@@ -338,6 +338,11 @@ pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 2
             &rw::WRITE_ROLLBACK,
         ),
         ("rw_force_unlock", rw::FORCE_UNLOCK_LUA, &rw::FORCE_UNLOCK),
+        (
+            "read_hold_count",
+            rw::READ_HOLD_COUNT_LUA,
+            &rw::READ_HOLD_COUNT,
+        ),
     ]
 }
 

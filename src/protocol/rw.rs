@@ -84,6 +84,11 @@ pub(crate) fn read_timeouts(keys: &LockKeys, field: &str) -> String {
 /// The hash's TTL from the read timeout keys left, as Redisson's read
 /// release computes it: the longest of them (-2 when there are none).
 /// Expects the local `tagged` (the name as its keys are prefixed).
+///
+/// Every field with a count is looked at, as Redisson does: a field is a
+/// reader's by having timeout keys, never by its name (the writer's field
+/// has none, so it adds nothing). Telling them apart by the `:write`
+/// suffix would hide a reader whose owner id ends with it.
 macro_rules! longest_read_timeout_lua {
     () => {
         r#"
@@ -91,7 +96,7 @@ local longest = -2
 local fields = redis.call('hgetall', KEYS[1])
 for i = 1, #fields, 2 do
     local reader, holds = fields[i], tonumber(fields[i + 1])
-    if reader ~= 'mode' and holds and string.sub(reader, -6) ~= ':write' then
+    if reader ~= 'mode' and holds then
         for n = 1, holds do
             longest = math.max(longest, redis.call('pttl', tagged .. ':' .. reader .. ':rwlock_timeout:' .. n))
         end
@@ -101,49 +106,73 @@ end
     };
 }
 
-/// Gives up one read hold of `field` whose count was `count` (> 0): a
-/// timeout key goes; when others remain the hash lives as long as their
-/// longest timeout key, else it goes and `0` is published. Expects the
-/// locals `field`, `count`, `tagged`, `prefix` (this field's timeout keys)
-/// and `spent_from` (the first spent latch in KEYS), and the publish
-/// command (`publish` or `spublish`, see [`Publish`](super::Publish)) as
-/// the last ARGV: every script that includes this takes it last; sets
-/// `freed`.
+/// Gives up the read hold of `field` (whose count was `count`, > 0)
+/// whose timeout key holds the name of the request's latch, KEYS[3]: each
+/// read acquire writes its latch's name as its key's value (Redisson
+/// writes `1` and reads only the TTLs, so it sees no difference). The hold
+/// is known exactly, whatever the order of releases and expiries: its key
+/// goes, and so do the keys of the field's holds that already expired; the
+/// keys left are numbered 1.. again, each keeping its value and TTL, and
+/// the count becomes theirs. Sets `found` (the hold's key was alive) and
+/// `mine` (its TTL; -2 when not found), then settles the hash (see
+/// [`settle_read_hash_lua`]). Expects the locals `field`, `count`,
+/// `tagged`, `prefix` (this field's timeout keys), and the publish command
+/// (`publish` or `spublish`, see [`Publish`](super::Publish)) as the last
+/// ARGV: every script that includes this takes it last; sets `freed`.
 ///
-/// The holds of one field are numbered, not named, so which one goes is
-/// not known: the key that expires first goes (its number then takes the
-/// last key's TTL, so the numbers stay 1..count-1). Every hold left then
-/// keeps a key at least as long as its own lease. Deleting the last number
-/// instead (Redisson's way) lets an older, shorter hold's release take a
-/// newer, longer hold's key, and the hash then dies with the short one.
+/// Numbers alone cannot tell the holds apart: a rule such as "the key that
+/// expires first goes" takes a live hold's key in the place of one that
+/// already expired (or of the rolled-back request's), and leaves a hold
+/// nobody releases.
 macro_rules! drop_read_hold_lua {
     () => {
         concat!(
             r#"
-local dropped = count
-local mine = redis.call('pttl', prefix .. ':' .. count)
-local last = mine
-for n = 1, count - 1 do
-    local ttl = redis.call('pttl', prefix .. ':' .. n)
-    if ttl ~= -1 and (ttl < mine or mine == -1) then
-        dropped, mine = n, ttl
+local mine, found, live = -2, false, {}
+for n = 1, count do
+    local key = prefix .. ':' .. n
+    local ttl = redis.call('pttl', key)
+    if ttl ~= -2 then
+        local value = redis.call('get', key)
+        if not found and value == KEYS[3] then
+            found, mine = true, ttl
+        else
+            live[#live + 1] = {n, value, ttl}
+        end
     end
 end
-if dropped ~= count then
-    if last > 0 then
-        redis.call('set', prefix .. ':' .. dropped, 1, 'px', last)
-    elseif last == -1 then
-        redis.call('set', prefix .. ':' .. dropped, 1)
-    else
-        redis.call('del', prefix .. ':' .. dropped)
+for i, hold in ipairs(live) do
+    if hold[1] ~= i then
+        if hold[3] > 0 then
+            redis.call('set', prefix .. ':' .. i, hold[2], 'px', hold[3])
+        else
+            redis.call('set', prefix .. ':' .. i, hold[2])
+        end
     end
 end
-if count == 1 then
+for n = #live + 1, count do
+    redis.call('del', prefix .. ':' .. n)
+end
+if #live == 0 then
     redis.call('hdel', KEYS[1], field)
 else
-    redis.call('hincrby', KEYS[1], field, -1)
+    redis.call('hset', KEYS[1], field, #live)
 end
-redis.call('del', prefix .. ':' .. count)
+"#,
+            settle_read_hash_lua!()
+        )
+    };
+}
+
+/// After a read hold of `field` left (its timeout key `mine`'s TTL, -2 when
+/// it had none), the hash lives as long as the longest timeout key left, or
+/// goes and `0` is published when no hold is left. Expects the locals
+/// `mine` and `tagged`, and the publish command as the last ARGV; sets
+/// `freed`.
+macro_rules! settle_read_hash_lua {
+    () => {
+        concat!(
+            r#"
 local freed = false
 if redis.call('hlen', KEYS[1]) > 1 then
     -- In write mode the writer's lease keeps the hash (never shortened).
@@ -169,6 +198,58 @@ if freed then
 end
 "#
         )
+    };
+}
+
+/// After the writer's last write hold left: when the writer's own reads
+/// are alive, the lock is downgraded to them (`mode` read, the hash living
+/// as long as their longest timeout key, not the write's lease); when none
+/// is (there are none, or they expired), the hash goes and `1` is
+/// published. Sets `freed`. Expects the publish command as the last ARGV.
+macro_rules! downgrade_or_free_lua {
+    () => {
+        concat!(
+            r#"
+local freed = true
+if redis.call('hlen', KEYS[1]) > 1 then
+    local tagged = KEYS[1]
+    if not string.find(tagged, '{', 1, true) then
+        tagged = '{' .. tagged .. '}'
+    end
+"#,
+            longest_read_timeout_lua!(),
+            r#"
+    if longest ~= -2 then
+        freed = false
+        redis.call('hset', KEYS[1], 'mode', 'read')
+        if longest > 0 then
+            redis.call('pexpire', KEYS[1], longest)
+        end
+    end
+end
+if freed then
+    redis.call('del', KEYS[1])
+    redis.call(ARGV[#ARGV], KEYS[2], '1')
+end
+"#
+        )
+    };
+}
+
+/// Whether one of the `count` read holds whose timeout keys start with
+/// `prefix` is alive (its key exists): a read hold lives by its timeout
+/// key, not its field. Sets `reads_alive`.
+macro_rules! reads_alive_lua {
+    () => {
+        r#"
+local reads_alive = false
+for n = 1, count do
+    if redis.call('exists', prefix .. ':' .. n) == 1 then
+        reads_alive = true
+        break
+    end
+end
+"#
     };
 }
 
@@ -202,7 +283,7 @@ if not exists then
     redis.call('hset', KEYS[1], 'mode', 'read')
 end
 local lease = tonumber(ARGV[1])
-redis.call('set', KEYS[3] .. ':' .. count, 1, 'px', lease)
+redis.call('set', KEYS[3] .. ':' .. count, KEYS[2], 'px', lease)
 local ttl = lease
 if exists then
     -- Only a re-entry needs its latch: a first read hold of this field is
@@ -239,6 +320,28 @@ pub(crate) fn read_acquire(
     Call::script(invocation, |reply| Ok(parse_acquired(reply)?))
 }
 
+/// KEYS[1] lock, KEYS[2] the field's read timeout prefix. ARGV[1] reader
+/// field. Reply: how many of the field's read holds are alive (their
+/// timeout key exists); a read hold whose key expired is not counted,
+/// whatever the field's count says.
+pub(super) static READ_HOLD_COUNT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(READ_HOLD_COUNT_LUA));
+pub(super) const READ_HOLD_COUNT_LUA: &str = r#"
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
+local alive = 0
+for n = 1, count do
+    alive = alive + redis.call('exists', KEYS[2] .. ':' .. n)
+end
+return alive
+"#;
+
+/// How many live read holds `field` has of `keys`.
+pub(crate) fn read_hold_count(keys: &LockKeys, field: &str) -> Call<u32> {
+    let mut invocation = READ_HOLD_COUNT.key(&*keys.name);
+    invocation.key(read_timeouts(keys, field)).arg(field);
+    Call::script(invocation, |reply| Ok(u32::from_redis_value(reply)?))
+}
+
 /// KEYS[1] lock, KEYS[2] this request's hold latch, KEYS[3] token counter
 /// (fenced only). ARGV[1] lease (ms), ARGV[2] writer field, ARGV[3] its
 /// reader field, ARGV[4] fencing (as the reentrant acquire's ARGV[3]),
@@ -246,7 +349,8 @@ pub(crate) fn read_acquire(
 ///
 /// Granted when the hash is absent (mode becomes `write`) or to the writer
 /// itself in `write` mode; never while any read field exists. A caller that
-/// holds reads of the lock gets -4 (no upgrade: it would wait for itself).
+/// holds live reads of the lock gets -4 (no upgrade: it would wait for
+/// itself).
 /// Reply otherwise as the reentrant acquire's.
 pub(super) static WRITE_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(WRITE_ACQUIRE_LUA));
@@ -255,8 +359,20 @@ pub(super) const WRITE_ACQUIRE_LUA: &str = concat!(
 local mode = redis.call('hget', KEYS[1], 'mode')
 local exists = redis.call('exists', KEYS[1]) == 1
 if exists and not (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
-        return -4
+    local count = mode == 'read' and tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+    if count then
+        local prefix = KEYS[1]
+        if not string.find(prefix, '{', 1, true) then
+            prefix = '{' .. prefix .. '}'
+        end
+        prefix = prefix .. ':' .. ARGV[3] .. ':rwlock_timeout'
+"#,
+    reads_alive_lua!(),
+    r#"
+        -- Only live reads: a read hold whose keys expired is no hold.
+        if reads_alive then
+            return -4
+        end
     end
     return redis.call('pttl', KEYS[1])
 end
@@ -296,11 +412,13 @@ pub(crate) fn write_acquire(
 /// delete. ARGV[1] reader field, ARGV[2] latch TTL (ms), ARGV[3] the name
 /// as keys are prefixed (`{name}`), ARGV[4] (the last) the publish command.
 ///
-/// Releases one read hold (see the drop fragment). Idempotent through the
-/// latch, as the reentrant release. Reply: the latched result; nil when the
-/// field holds no read; 0 when the lock is still held (by this owner's
-/// other reads, other readers, or the writer); 1 when it was freed and `0`
-/// published.
+/// Releases the read hold whose latch is KEYS[3] (see the drop fragment).
+/// Idempotent through the latch, as the reentrant release. Reply: the
+/// latched result; nil when the hold is not there (its key expired, or the
+/// field holds no read; the field's expired keys go all the same, and a
+/// field left with none goes, the hash settled as a release would); 0 when
+/// the lock is still held (by this owner's other reads, other readers, or
+/// the writer); 1 when it was freed and `0` published.
 pub(super) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE_LUA));
 pub(super) const READ_RELEASE_LUA: &str = concat!(
     r#"
@@ -321,6 +439,10 @@ count = tonumber(count)
 "#,
     drop_read_hold_lua!(),
     r#"
+if not found then
+    -- This hold had expired: not held (the field lost its dead keys).
+    return nil
+end
 local result = freed and 1 or 0
 redis.call('set', KEYS[3], result, 'px', ARGV[2])
 return result
@@ -355,8 +477,9 @@ pub(crate) fn read_release(
 /// latch TTL (ms), ARGV[3] (the last) the publish command.
 ///
 /// Releases one write hold. The last one frees the lock and publishes `1`,
-/// or, when the writer still holds reads, downgrades it to `read` without a
-/// publish. Reply as the read release's.
+/// or, when the writer still holds live reads, downgrades it to `read`
+/// without a publish (see the downgrade fragment). Reply as the read
+/// release's.
 pub(super) static WRITE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(WRITE_RELEASE_LUA));
 pub(super) const WRITE_RELEASE_LUA: &str = concat!(
@@ -380,12 +503,9 @@ if tonumber(count) > 1 then
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 local result = 1
-if redis.call('hlen', KEYS[1]) > 1 then
-    redis.call('hset', KEYS[1], 'mode', 'read')
-else
-    redis.call('del', KEYS[1])
-    redis.call(ARGV[#ARGV], KEYS[2], '1')
-end
+"#,
+    downgrade_or_free_lua!(),
+    r#"
 redis.call('set', KEYS[3], result, 'px', ARGV[2])
 return result
 "#
@@ -413,18 +533,20 @@ pub(crate) fn write_release(
 
 /// KEYS[1] lock, KEYS[2] channel, KEYS[3] the request's hold latch,
 /// KEYS[4] the field's read timeout prefix. ARGV[1] reader field, ARGV[2]
-/// tombstone TTL (ms), ARGV[3] the name as keys are prefixed, ARGV[4] the
-/// read holds of the field this client knows of on this node, ARGV[5] (the
+/// tombstone TTL (ms), ARGV[3] the name as keys are prefixed, ARGV[4]
+/// unused (a read hold is known by its key, not by counts), ARGV[5] (the
 /// last) the publish command.
 ///
-/// The reentrant rollback's rule (see its script), for a read hold: undone
-/// as a read release would.
+/// Undoes the read acquire whose latch is KEYS[3], only if it was applied
+/// and its hold is still there (its timeout key holds the latch's name),
+/// as a read release would; the latch becomes a tombstone either way, as
+/// in the reentrant rollback. Reply: nil when nothing was undone; 0 or 1
+/// as for a release.
 pub(super) static READ_ROLLBACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(READ_ROLLBACK_LUA));
 pub(super) const READ_ROLLBACK_LUA: &str = concat!(
     r#"
 local field, prefix, tagged = ARGV[1], KEYS[4], ARGV[3]
-local latch = redis.call('get', KEYS[3])
 local count = redis.call('hget', KEYS[1], field)
 if count and not tonumber(count) then
     return redis.error_reply('ERR the hold count of ' .. KEYS[1] .. ' is not a number')
@@ -436,12 +558,12 @@ if not count then
     return nil
 end
 count = tonumber(count)
-if latch ~= 'granted' and (latch or count <= tonumber(ARGV[4])) then
-    return nil
-end
 "#,
     drop_read_hold_lua!(),
     r#"
+if not found then
+    return nil
+end
 if freed then
     return 1
 end
@@ -478,13 +600,13 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
     return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])
-if redis.call('hlen', KEYS[1]) > 1 then
-    redis.call('hset', KEYS[1], 'mode', 'read')
-    return 0
+"#,
+    downgrade_or_free_lua!(),
+    r#"
+if freed then
+    return 1
 end
-redis.call('del', KEYS[1])
-redis.call(ARGV[#ARGV], KEYS[2], '1')
-return 1
+return 0
 "#
 );
 

@@ -101,11 +101,11 @@ fn every_script_call(keys: &LockKeys) -> Vec<(&'static str, bool, Sent)> {
         false,
         sent(&rw::read_acquire(keys, "f", second, "r")),
     ));
-    calls.push(("extend", false, sent(&extend(keys, "f", second))));
+    calls.push(("extend", false, sent(&extend(keys, "f", second, false))));
     calls.push((
         "renew",
         false,
-        sent(&renew_batch([("a", "f"), ("b", "g")], second)),
+        sent(&renew_batch([("a", "f", false), ("b", "g", true)], second)),
     ));
     calls.push(("raise", false, sent(&raise_token(keys, 5, Missing::Seed))));
     for spent in [vec![], spent()] {
@@ -363,6 +363,6 @@ fn replies_decode() {
             after: 9
         }
     );
-    let renew = renew_batch([("a", "f"), ("b", "g")], second);
+    let renew = renew_batch([("a", "f", false), ("b", "g", true)], second);
     assert_eq!(renew.decode(ints(&[1, 0])).unwrap(), vec![true, false]);
 }

@@ -31,9 +31,11 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// It offers the same methods as [`Lock`], so the three are interchangeable.
 /// Each node's part is a single-node lock with its own renewal: reentrant,
 /// or fair ([`Client::fair_lock`](crate::Client::fair_lock)). A waiter on
-/// fair parts queues on every node and keeps its places from round to
-/// round; when its acquire ends (granted, out of time, failed or dropped)
-/// it leaves every queue it is still in. A round lost after some nodes
+/// fair parts queues on every node for its wait (`try_lock_for`'s; the
+/// part's own queue wait for `lock()`; not at all for `try_lock()`, as a
+/// single fair lock) and keeps its places from round to round; when its
+/// acquire ends (granted, out of time, failed or dropped) it leaves every
+/// queue it is still in. A round lost after some nodes
 /// granted releases those grants, so the waiter queues again at their tail:
 /// across nodes, fairness is per node and best effort.
 pub struct QuorumLock<P: QuorumPolicy> {
@@ -266,8 +268,22 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         self.locks.iter().all(Lock::is_fenced)
     }
 
-    fn owner(&self) -> Owner {
-        self.owner.clone().unwrap_or_else(Owner::current)
+    /// The owner an acquisition through this handle holds for: as
+    /// [`Lock::owner`], where a `run_locked` scope holding any of its
+    /// parts counts.
+    pub fn owner(&self) -> Owner {
+        self.resolve_owner().owner
+    }
+
+    /// [`QuorumLock::owner`], with the turn a re-entry of a `run_locked`
+    /// scope takes.
+    fn resolve_owner(&self) -> crate::owner::Resolved {
+        crate::owner::resolve(
+            self.owner.as_ref(),
+            self.locks
+                .iter()
+                .map(|lock| (lock.node().id(), lock.name())),
+        )
     }
 
     /// Acquires, trying until granted: rounds of `locks × 1500 ms` budget,
@@ -330,11 +346,15 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     async fn acquire_until_granted(&self, lease: Option<Duration>) -> Result<Guard> {
         let budget = policy::default_budget(self.locks.len());
+        let resolved = self.resolve_owner();
+        let owner = resolved.owner.clone();
+        // A re-entry of a `run_locked` scope waits for its siblings'.
+        let turn = resolved.wait_turn().await;
         // A fair part's place in its queue is kept from one budget to the next.
-        let seats = QueueSeats::new(self.locks.iter(), &self.owner());
+        let seats = QueueSeats::new(self.locks.iter(), &owner);
         let outcome = loop {
-            match self.acquire_within(budget, lease).await {
-                Ok(Some(guard)) => break Ok(guard),
+            match self.acquire_within(&owner, budget, None, lease).await {
+                Ok(Some(guard)) => break Ok(guard.in_turn(turn)),
                 Ok(None) => {}
                 Err(Error::NoQuorum(err)) if !err.is_permanent() => {
                     // Node changes are logged once each, by the nodes themselves.
@@ -417,7 +437,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// Acquires (as [`QuorumLock::lock`]: waiting as long as it takes, renewed by
     /// the watchdog), runs `work` with the fencing token (`None` unless the
-    /// lock is fenced), releases, and returns what `work` returned.
+    /// lock is fenced), releases, and returns what `work` returned. `work`
+    /// is the hold's scope, as in [`Lock::run_locked`]: acquires inside it of
+    /// this lock, or of one of its parts, re-enter.
     ///
     /// If the lock can no longer be proven held before `work` finishes (the
     /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
@@ -459,7 +481,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         F: FnOnce(Option<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        crate::scoped::run_locked(self.lock(), self.name(), work).await
+        let scope = self.locks.iter().map(Lock::scope_id);
+        crate::scoped::run_locked(self.lock(), self.name(), scope, work).await
     }
 }
 

@@ -70,8 +70,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// ```no_run
     /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
-    /// let guard = red.lock().await?;
-    /// assert!(red.is_held_by_current_owner().await?);
+    /// let job = red.with_owner(multilock::Owner::new("job-1")?);
+    /// let guard = job.lock().await?;
+    /// assert!(job.is_held_by_current_owner().await?);
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
@@ -101,9 +102,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ///
     /// ```no_run
     /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
-    /// let outer = red.lock().await?;
-    /// let inner = red.lock().await?;
-    /// assert_eq!(red.hold_count().await?, 2);
+    /// let job = red.with_owner(multilock::Owner::new("job-1")?);
+    /// let outer = job.lock().await?;
+    /// let inner = job.lock().await?;
+    /// assert_eq!(job.hold_count().await?, 2);
     /// inner.unlock().await?;
     /// outer.unlock().await?;
     /// # Ok(()) }

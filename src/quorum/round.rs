@@ -31,27 +31,43 @@ use crate::single::{Attempt, HeldPart, Lock, QueueSeats};
 use crate::timing;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
-    /// Acquires within `wait`: the work behind every public acquire method.
-    /// The waiter leaves the queues of fair parts when it is over.
+    /// Acquires within `wait`: the work behind `try_lock` and
+    /// `try_lock_for`. Fair parts queue for `wait` (none at all for a zero
+    /// wait), as a single fair lock's bounded wait does, and the waiter
+    /// leaves their queues when it is over.
     pub(super) async fn acquire(
         &self,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
-        let seats = QueueSeats::new(self.locks.iter(), &self.owner());
-        let outcome = self.acquire_within(wait, lease).await;
+        let resolved = self.resolve_owner();
+        let owner = resolved.owner.clone();
+        // A re-entry of a `run_locked` scope waits for its siblings'.
+        let deadline = timing::deadline(Instant::now(), wait);
+        let Some(turn) = resolved.take_turn(Some(deadline)).await else {
+            return Ok(None);
+        };
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let share = Some(wait);
+        let parts: Vec<Lock> = self.locks.iter().map(|l| l.for_wait(share)).collect();
+        let seats = QueueSeats::new(parts.iter(), &owner);
+        let outcome = self.acquire_within(&owner, wait, share, lease).await;
         seats.finish(matches!(outcome, Ok(Some(_)))).await;
-        outcome
+        outcome.map(|guard| guard.map(|guard| guard.in_turn(turn)))
     }
 
-    /// [`QuorumLock::acquire`], leaving the queues of fair parts as they
-    /// are: a caller that tries again keeps its places.
+    /// Rounds within `wait` for `owner`, leaving the queues of fair parts
+    /// as they are: a caller that tries again keeps its places. `share`:
+    /// the wait fair parts queue for (`None`: each part's own, for a wait
+    /// until granted).
     pub(super) async fn acquire_within(
         &self,
+        owner: &Owner,
         wait: Duration,
+        share: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
-        let owner = self.owner();
+        let parts: Vec<Lock> = self.locks.iter().map(|l| l.for_wait(share)).collect();
         let started = Instant::now();
         let deadline = timing::deadline(started, wait);
         let span = tracing::debug_span!(
@@ -64,7 +80,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         async {
             let mut first_lost = None;
             let outcome = self
-                .wait_for_quorum(&owner, lease, deadline, &mut first_lost)
+                .wait_for_quorum(&parts, owner, lease, deadline, &mut first_lost)
                 .await;
             let elapsed = started.elapsed();
             let elapsed_us = elapsed.as_micros() as u64;
@@ -91,12 +107,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// follows is measured from there).
     async fn wait_for_quorum(
         &self,
+        parts: &[Lock],
         owner: &Owner,
         lease: Option<Duration>,
         deadline: Instant,
         first_lost: &mut Option<Instant>,
     ) -> Result<Option<Guard>> {
-        let mut lost = match self.round(owner, lease).await? {
+        let mut lost = match self.round(parts, owner, lease).await? {
             Round::Won(guard) => return Ok(Some(guard)),
             Round::Lost(lost) => lost,
         };
@@ -121,7 +138,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     woken
                 })
                 .collect();
-            lost = match self.round(owner, lease).await? {
+            lost = match self.round(parts, owner, lease).await? {
                 Round::Won(guard) => return Ok(Some(guard)),
                 Round::Lost(lost) => lost,
             };
@@ -164,10 +181,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
     }
 
-    /// One attempt of the algorithm. Lost: every grant has been released
+    /// One attempt of the algorithm on `locks` (this lock's, with the
+    /// acquire's queue share). Lost: every grant has been released
     /// (or is being released, if this future is dropped) and the reasons are
     /// returned. An error: the lock cannot be taken as configured.
-    async fn round(&self, owner: &Owner, lease: Option<Duration>) -> Result<Round> {
+    async fn round(&self, locks: &[Lock], owner: &Owner, lease: Option<Duration>) -> Result<Round> {
         let n = self.locks.len();
         let required = self.quorum();
         let validity_lease = lease.unwrap_or_else(|| self.locks[0].watchdog_timeout());
@@ -184,8 +202,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         //    finishes in the background and is rolled back there (see
         //    `Lock::attempt`); a suspect node fails at once, sending nothing.
         let started = Instant::now();
-        let mut pending: FuturesUnordered<Answer> = self
-            .locks
+        let mut pending: FuturesUnordered<Answer> = locks
             .iter()
             .enumerate()
             .map(|(index, lock)| ask(index, lock.clone(), owner.clone(), lease, node_timeout))

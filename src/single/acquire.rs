@@ -67,7 +67,8 @@ impl Lock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<Guard>> {
-        let owner = self.owner();
+        let resolved = self.resolve_owner();
+        let owner = resolved.owner.clone();
         // The clock is read for the elapsed time only when something
         // observes it (a deadline, metrics, a debug subscriber): this runs
         // for every acquire.
@@ -77,6 +78,11 @@ impl Lock {
         let span = tracing::debug_span!("acquire", lock = %self.inner.keys.name, node = %self.inner.node.addr(), owner = %owner);
         let this = self.for_wait(wait);
         async move {
+            // A re-entry of a `run_locked` scope waits for its siblings'.
+            let Some(turn) = resolved.take_turn(deadline).await else {
+                tracing::debug!("not acquired within the wait: a sibling re-entry held the turn");
+                return Ok(None);
+            };
             let mut first_taken = None;
             let mut seat = QueueSeat::new(&this, &owner);
             let outcome = this
@@ -102,7 +108,7 @@ impl Lock {
                 Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
             }
-            outcome.map(|part| part.map(|part| Guard::single(owner, part)))
+            outcome.map(|part| part.map(|part| Guard::single(owner, part).in_turn(turn)))
         }
         .instrument(span)
         .await
@@ -302,6 +308,7 @@ impl Lock {
                     replied_at: sent.replied_at,
                     ttl: grant.ttl(asked),
                     count: grant.count,
+                    reads: self.reads(),
                 };
                 let registration = self.inner.core.watchdogs.register(
                     &self.inner.node,

@@ -39,13 +39,22 @@ impl Lock {
         self.queue_wait.unwrap_or(queue.wait)
     }
 
-    /// This handle for one acquire that waits `wait`: a fair lock's queue
-    /// then keeps the waiter's turn for that long, as Redisson's `tryLock`
-    /// does (a waiter that dies blocks the queue no longer than it would
-    /// have waited).
-    pub(super) fn for_wait(&self, wait: Option<Duration>) -> Lock {
+    /// Whether an acquire through this handle may join a queue: a fair
+    /// lock's, with a wait.
+    fn queues(&self) -> bool {
+        self.queue()
+            .is_some_and(|queue| !self.queue_wait(queue).is_zero())
+    }
+
+    /// This handle for one acquire that waits `wait` (`None`: until
+    /// granted): a fair lock's queue then keeps the waiter's turn for that
+    /// long, as Redisson's `tryLock` does (a waiter that dies blocks the
+    /// queue no longer than it would have waited), and an acquire with no
+    /// wait at all does not queue (Redisson's `tryLock()`). A wait until
+    /// granted takes the lock's own share ([`Lock::with_queue_wait`]).
+    pub(crate) fn for_wait(&self, wait: Option<Duration>) -> Lock {
         match wait {
-            Some(wait) if self.queue().is_some() && !wait.is_zero() => Lock {
+            Some(wait) if self.queue().is_some() => Lock {
                 inner: self.inner.clone(),
                 owner: self.owner.clone(),
                 queue_wait: Some(wait),
@@ -60,6 +69,9 @@ impl Lock {
         let Some(queue) = self.queue() else {
             return Ok(false);
         };
+        if !self.queues() {
+            return Ok(false);
+        }
         let give_up = fair::give_up(
             &self.inner.keys,
             &queue.keys,
@@ -112,9 +124,12 @@ pub(super) struct QueueSeat {
 }
 
 impl QueueSeat {
-    /// `None` for locks without a queue: nothing to give up.
+    /// `None` for locks without a queue, and for an acquire that does not
+    /// queue (no wait): nothing to give up.
     pub(super) fn new(lock: &Lock, owner: &Owner) -> Option<QueueSeat> {
-        lock.queue()?;
+        if !lock.queues() {
+            return None;
+        }
         Some(QueueSeat {
             lock: lock.clone(),
             field: lock.field(owner),
@@ -180,12 +195,12 @@ pub(crate) struct QueueSeats {
 }
 
 impl QueueSeats {
-    /// The seats of the fair ones among `locks`, for `owner`.
+    /// The seats of the fair ones among `locks` that queue, for `owner`.
     pub(crate) fn new<'a>(locks: impl IntoIterator<Item = &'a Lock>, owner: &Owner) -> QueueSeats {
         QueueSeats {
             seats: locks
                 .into_iter()
-                .filter(|lock| lock.is_fair())
+                .filter(|lock| lock.queues())
                 .map(|lock| (lock.clone(), lock.field(owner)))
                 .collect(),
         }

@@ -153,9 +153,16 @@ impl PartView {
         self.fixed_lease
     }
 
-    /// Until when this part surely holds; `None` once known gone.
-    pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        self.record.trusted_until()
+    /// Until when this part is proven to hold (see
+    /// [`Record::proven_until`]): `None` once gone or its proof broke; the
+    /// instant may be past.
+    pub(crate) fn proven_until(&self) -> Option<Instant> {
+        self.record.proven_until()
+    }
+
+    /// Whether this part is proven to hold at `now`.
+    pub(crate) fn proven_at(&self, now: Instant) -> bool {
+        self.proven_until().is_some_and(|until| until > now)
     }
 
     /// Resolves when this part is gone or can no longer be proven (see
@@ -164,11 +171,12 @@ impl PartView {
         self.record.lost()
     }
 
-    /// Extends this part to at least `lease` from now, if it still surely
-    /// holds; an over hold is never revived. Ok: until when it now surely
+    /// Extends this part to at least `lease` from now, if it is still
+    /// proven to hold: a hold that could not be proven for a while (its
+    /// guard counts it lost) is never revived. Ok: until when it now surely
     /// holds.
     pub(crate) async fn extend(&self, lease: Duration) -> Result<Instant> {
-        if self.record.is_over() {
+        if !self.proven_at(Instant::now()) {
             return Err(self.lock.not_held());
         }
         let sent_at = Instant::now();
@@ -179,7 +187,7 @@ impl PartView {
             .node()
             .run(
                 self.lock.lane(),
-                &protocol::extend(self.lock.keys(), &self.field, lease),
+                &protocol::extend(self.lock.keys(), &self.field, lease, self.lock.reads()),
             )
             .instrument(span.clone())
             .await;
@@ -191,6 +199,11 @@ impl PartView {
                     elapsed_us = sent_at.elapsed().as_micros() as u64,
                     "extended"
                 );
+                // The hold's trusted TTL ran out while the extension was
+                // on its way: its guard counts it lost, extended or not.
+                if !self.proven_at(Instant::now()) {
+                    return Err(self.lock.not_held());
+                }
                 Ok(timing::trusted_until(sent_at, ttl))
             }
             None => Err(self.lock.not_held()),
@@ -412,6 +425,7 @@ mod tests {
             replied_at: now,
             ttl: Duration::from_secs(30),
             count: 1,
+            reads: false,
         };
         let registration = lock
             .inner

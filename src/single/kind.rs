@@ -56,6 +56,11 @@ impl Lock {
         }
     }
 
+    /// Whether this is a read lock: its holds live by their timeout keys.
+    pub(crate) fn reads(&self) -> bool {
+        matches!(self.inner.family, Family::Read)
+    }
+
     /// For a write lock, the reader field of the writer `field`: a write
     /// request waits for the owner's read releases still under way too, or
     /// it would find the owner's read and refuse the upgrade.
@@ -75,6 +80,15 @@ impl Lock {
             Family::Reentrant | Family::Fair(_) => protocol::is_locked(keys),
             Family::Read => rw::is_locked_in(keys, false),
             Family::Write => rw::is_locked_in(keys, true),
+        }
+    }
+
+    /// The hold count of `field`, as this kind counts holds: a read lock's
+    /// live read holds, the field's count otherwise.
+    pub(super) fn hold_count_call(&self, field: &str) -> Call<u32> {
+        match &self.inner.family {
+            Family::Read => rw::read_hold_count(&self.inner.keys, field),
+            _ => protocol::hold_count(&self.inner.keys, field),
         }
     }
 

@@ -43,8 +43,10 @@ pub(crate) use hold::{HeldPart, PartView};
 /// service using Redisson and this crate can share one lock.
 ///
 /// The handle is cheap to clone, `Send + Sync`, and holds no state of holding:
-/// that lives in the [`Guard`]. By default the owner is the calling task (see
-/// [`Owner`]); [`Lock::with_owner`] binds an explicit one.
+/// that lives in the [`Guard`]. By default every acquire has an owner of its
+/// own, so two acquires never both hold, even from one task; re-entry is
+/// asked for, with [`Lock::with_owner`] or inside [`Lock::run_locked`] (see
+/// [`Owner`]).
 ///
 /// Locks taken without a lease are renewed by the client's watchdog every
 /// third of the watchdog timeout while held; with a lease they expire after it.
@@ -65,10 +67,14 @@ pub(crate) use hold::{HeldPart, PartView};
 /// let lock = client.lock(&node, "orders:42")?;
 ///
 /// let guard = lock.lock().await?;          // waits; renewed by the watchdog
-/// let again = lock.lock().await?;          // same task: re-entered
-/// assert_eq!(lock.hold_count().await?, 2);
-/// again.unlock().await?;
 /// guard.unlock().await?;
+///
+/// let job = lock.with_owner(multilock::Owner::new("job-1")?);
+/// let outer = job.lock().await?;
+/// let inner = job.lock().await?;           // the same owner re-enters
+/// assert_eq!(job.hold_count().await?, 2);
+/// inner.unlock().await?;
+/// outer.unlock().await?;
 ///
 /// if let Some(guard) = lock.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
 ///     // held for at most 10 s
@@ -161,9 +167,10 @@ impl Lock {
     }
 
     /// This fair lock with `wait` as the share of the queue a waiter takes
-    /// when its acquire has no wait of its own ([`Lock::lock`],
-    /// [`Lock::lock_with_lease`], [`Lock::try_lock`]; a bounded wait takes
-    /// its own): how long the queue keeps the turn of a waiter that
+    /// when its acquire waits until granted ([`Lock::lock`],
+    /// [`Lock::lock_with_lease`], and a MultiLock's or RedLock's `lock()`
+    /// of it; a bounded wait takes its own, and [`Lock::try_lock`] does not
+    /// queue): how long the queue keeps the turn of a waiter that
     /// stopped asking (it crashed) before the waiters behind it move on.
     /// A live waiter whose turn was dropped queues again at the tail.
     /// Redisson's default is [`DEFAULT_QUEUE_WAIT`], 5 minutes.
@@ -232,8 +239,9 @@ impl Lock {
     }
 
     /// This handle bound to an explicit owner: every acquire through it holds
-    /// for `owner`, whatever task runs it. For sharing a hold between tasks or
-    /// handing it over.
+    /// for `owner`, whatever task runs it, and re-enters `owner`'s hold. For
+    /// nested acquires, sharing a hold between tasks or handing it over
+    /// (`lock.with_owner(guard.owner().clone())` re-enters a guard's hold).
     ///
     /// # Examples
     ///
@@ -412,10 +420,32 @@ impl Lock {
         self.rebuilt(|inner| inner.fencing = Fencing::Quorum)
     }
 
-    /// The owner acquisitions through this handle hold for, resolved now: the
-    /// explicit one, else the current task or thread.
+    /// The owner an acquisition through this handle, made here and now,
+    /// holds for: the handle's explicit owner ([`Lock::with_owner`]); else,
+    /// inside the work of a [`Lock::run_locked`] of this lock, that hold's
+    /// owner (the acquisition re-enters it); else a fresh
+    /// [`Owner::unique`], different at every call. So the queries about
+    /// "the current owner" ([`Lock::hold_count`],
+    /// [`Lock::is_held_by_current_owner`]) answer for a guard's hold only
+    /// through a handle bound to its owner, or inside its `run_locked`.
     pub fn owner(&self) -> Owner {
-        self.owner.clone().unwrap_or_else(Owner::current)
+        self.resolve_owner().owner
+    }
+
+    /// [`Lock::owner`], with the turn a re-entry of a `run_locked` scope
+    /// takes.
+    pub(crate) fn resolve_owner(&self) -> crate::owner::Resolved {
+        crate::owner::resolve(self.owner.as_ref(), [self.id_pair()])
+    }
+
+    /// The node's id and the lock's key: what a `run_locked` scope names.
+    fn id_pair(&self) -> (u64, &str) {
+        (self.inner.node.id(), self.name())
+    }
+
+    /// The lock as a `run_locked` scope names it.
+    pub(crate) fn scope_id(&self) -> crate::owner::LockId {
+        (self.inner.node.id(), self.inner.keys.name.clone())
     }
 
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
@@ -482,7 +512,9 @@ impl Lock {
     }
 
     /// One attempt, no waiting. `None` when someone else holds the lock.
-    /// Without a lease, so the watchdog renews it.
+    /// Without a lease, so the watchdog renews it. A fair lock's attempt
+    /// does not join the queue (Redisson's `tryLock()`): it is granted only
+    /// when the lock is free and nobody queues ahead.
     ///
     /// # Examples
     ///
@@ -554,6 +586,13 @@ impl Lock {
     /// the watchdog), runs `work` with the fencing token (`None` unless the
     /// lock is fenced), releases, and returns what `work` returned.
     ///
+    /// `work` is the hold's scope: an acquire of this lock made inside it,
+    /// through a handle without an owner of its own, re-enters the hold
+    /// (code the critical section calls may lock again); a future beside
+    /// it, in the same task, does not, and waits. Re-entries of the scope
+    /// take turns: two joined inside `work` are siblings, not nested in
+    /// each other, so the second waits until the first's guard is gone.
+    ///
     /// If the lock can no longer be proven held before `work` finishes (the
     /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
     /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
@@ -594,7 +633,7 @@ impl Lock {
         F: FnOnce(Option<u64>) -> Fut,
         Fut: Future<Output = T>,
     {
-        crate::scoped::run_locked(self.lock(), self.name(), work).await
+        crate::scoped::run_locked(self.lock(), self.name(), [self.scope_id()], work).await
     }
 }
 

@@ -61,14 +61,19 @@ impl Lock {
             .await
     }
 
-    /// Whether the owner of this handle (see [`Lock::owner`]) holds the lock.
+    /// Whether the owner of this handle (see [`Lock::owner`]) holds the
+    /// lock: the handle's explicit owner, or inside a
+    /// [`Lock::run_locked`] of this lock its hold's owner. A handle with
+    /// neither has no owner of its own, and says `false`.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let guard = lock.lock().await?;
-    /// assert!(lock.is_held_by_current_owner().await?);
+    /// let job = lock.with_owner(multilock::Owner::new("job-7")?);
+    /// let guard = job.lock().await?;
+    /// assert!(job.is_held_by_current_owner().await?);
+    /// assert!(!lock.is_held_by_current_owner().await?); // no owner of its own
     /// guard.unlock().await?;
     /// # Ok(()) }
     /// ```
@@ -81,27 +86,22 @@ impl Lock {
     ///
     /// Cancel safe: read only.
     pub async fn is_held_by_current_owner(&self) -> Result<bool> {
-        let field = self.field(&self.owner());
-        Ok(self
-            .inner
-            .node
-            .run(
-                self.inner.lane,
-                &protocol::hold_count(&self.inner.keys, &field),
-            )
-            .await?
-            > 0)
+        Ok(self.hold_count().await? > 0)
     }
 
-    /// How many times the owner of this handle holds the lock (0 when not).
+    /// How many times the owner of this handle (see
+    /// [`Lock::is_held_by_current_owner`]) holds the lock (0 when not). A
+    /// read lock counts the read holds that are alive: one whose timeout
+    /// key expired is not a hold, whatever the hash field says.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let outer = lock.lock().await?;
-    /// let inner = lock.lock().await?;            // the same task re-enters
-    /// assert_eq!(lock.hold_count().await?, 2);
+    /// let job = lock.with_owner(multilock::Owner::new("job-7")?);
+    /// let outer = job.lock().await?;
+    /// let inner = job.lock().await?;             // the same owner re-enters
+    /// assert_eq!(job.hold_count().await?, 2);
     /// inner.unlock().await?;
     /// outer.unlock().await?;
     /// # Ok(()) }
@@ -118,10 +118,7 @@ impl Lock {
         let field = self.field(&self.owner());
         self.inner
             .node
-            .run(
-                self.inner.lane,
-                &protocol::hold_count(&self.inner.keys, &field),
-            )
+            .run(self.inner.lane, &self.hold_count_call(&field))
             .await
     }
 

@@ -23,7 +23,12 @@ use super::Lock;
 /// read mode (a downgrade). A reader never upgrades: asking for the write
 /// lock while holding reads of it fails at once with
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), instead of
-/// waiting for its own reads forever.
+/// waiting for its own reads forever. Both rules are about one owner's
+/// holds (see [`Owner`](crate::Owner)): acquires through halves bound to
+/// one owner ([`ReadWriteLock::with_owner`]), or made inside the work of a
+/// `run_locked` of either half. Without that, a read and a write of one
+/// task are two owners, and the write waits for the read like any other
+/// writer.
 ///
 /// # Examples
 ///
@@ -65,5 +70,27 @@ impl ReadWriteLock {
     /// writer itself.
     pub fn write(&self) -> &Lock {
         &self.write
+    }
+
+    /// Both halves bound to `owner` ([`Lock::with_owner`]): its writes may
+    /// read, and its reads are refused the write (no upgrade).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(prices: multilock::ReadWriteLock) -> multilock::Result<()> {
+    /// let job = prices.with_owner(multilock::Owner::new("repricer")?);
+    /// let writing = job.write().lock().await?;
+    /// let reading = job.read().lock().await?; // the writer reads
+    /// writing.unlock().await?;                // downgraded: still read-locked
+    /// reading.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_owner(&self, owner: crate::Owner) -> ReadWriteLock {
+        ReadWriteLock {
+            read: self.read.with_owner(owner.clone()),
+            write: self.write.with_owner(owner),
+        }
     }
 }

@@ -136,10 +136,11 @@ pub fn acquire_quorum_fenced(
     script(wire::acquire(&keys, field, lease, hold_id, Fencing::Quorum))
 }
 
-/// The extend script call: `field`'s hold of `name` lives at least `lease`
-/// from now. Reply: the TTL after, or -1 when `field` does not hold it.
+/// The extend script call: `field`'s hold of `name` (not a read lock's)
+/// lives at least `lease` from now. Reply: the TTL after, or -1 when
+/// `field` does not hold it.
 pub fn extend(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
-    script(wire::extend(&LockKeys::new(name), field, lease))
+    script(wire::extend(&LockKeys::new(name), field, lease, false))
 }
 
 /// The release script call of hold `hold_id`. Reply: nil (not held), 0
@@ -261,10 +262,10 @@ pub fn bury(name: &str, hold_id: &str, ttl: Duration) -> ScriptInvocation<'stati
     script(wire::bury(&LockKeys::new(name).unlock_latch(hold_id), ttl))
 }
 
-/// The batched renewal script call. Reply: one 1 (renewed) or 0 (gone) per
-/// hold.
+/// The batched renewal script call, for `(lock key, field, read hold?)`
+/// triples. Reply: one 1 (renewed) or 0 (gone) per hold.
 pub fn renew_batch<'a>(
-    holds: impl IntoIterator<Item = (&'a str, &'a str)>,
+    holds: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
     lease: Duration,
 ) -> ScriptInvocation<'static> {
     script(wire::renew_batch(holds, lease))

@@ -17,12 +17,18 @@
 //! hold gone marks its entry gone. A renewal the node refused, or did not
 //! answer in time, leaves its entries *unproven*: the client can no longer
 //! prove those holds (the node may have lost them, or may be cut off and
-//! about to let them expire), and their guards count them as lost until a
-//! later renewal proves them again. A renewal that is merely slow but
-//! answered proves them. Renewals go out even to a suspect node: one per
-//! tick is what tells. A timer that ended for any reason (its runtime shut down) is
-//! started again by the next registration, and a node's watchdog is dropped
-//! once it holds nothing.
+//! about to let them expire), and their guards count them as lost for good:
+//! a later renewal that finds the field renews the key for holds joining
+//! the entry afterwards, never for the guards that could not prove their
+//! hold meanwhile (nor for those whose trusted TTL ran out before a renewal
+//! landed: [`Standing::breaks`]). A renewal that is merely slow but
+//! answered in time proves them. A read hold is renewed only while one of
+//! its timeout keys lives: its field outlives them. A renewal's reply
+//! changes only the entry it was sent for (by [`Entry::id`]), never one the
+//! same owner made since for the same key. Renewals go out even to a
+//! suspect node: one per tick is what tells. A timer that ended for any
+//! reason (its runtime shut down) is started again by the next
+//! registration, and a node's watchdog is dropped once it holds nothing.
 //!
 //! No renewal outlives an unlock: the release first leaves its entry, then
 //! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
@@ -81,6 +87,8 @@ pub(crate) struct NodeWatchdog {
 #[derive(Default)]
 struct Entries {
     by_lock: HashMap<EntryKey, Entry>,
+    /// The number the next entry made gets (see [`Entry::id`]).
+    next_entry: u64,
     /// The running timer's number, if one runs.
     timer: Option<u64>,
     timers_started: u64,
@@ -118,6 +126,13 @@ impl Hash for EntryKey {
 }
 
 struct Entry {
+    /// Which entry of its key this is: a reply to a request about an entry
+    /// (a renewal) changes only that entry, never one made for the same
+    /// key since (the same owner's next hold, after the first was lost).
+    id: u64,
+    /// A read-write lock's read holds: they live by their timeout keys,
+    /// which their renewal needs alive.
+    reads: bool,
     holds: usize,
     /// One per hold taken without a lease: until when it may be renewed
     /// (`None`: for as long as it is held). The entry is renewed while one
@@ -133,6 +148,41 @@ struct Entry {
 }
 
 impl Entry {
+    /// Records that a request sent at `sent_at` and answered at
+    /// `replied_at` left the key with `ttl`, and, when `proves` (a grant or
+    /// a renewal of this entry's field), that the hold is proven again. A
+    /// proof that lapsed before this (the key's trusted TTL ran out first)
+    /// breaks the holds already in the entry: they could not be proven for
+    /// a while, and their guards stay lost (see [`Standing::breaks`]).
+    fn record_ttl(&self, sent_at: Instant, replied_at: Instant, ttl: Duration, proves: bool) {
+        let trusted_until = timing::trusted_until(sent_at, ttl);
+        let expired_by = timing::surely_expired_at(replied_at, ttl);
+        let now = Instant::now();
+        self.standing.send_modify(|s| {
+            if now >= s.trusted_until {
+                s.breaks += 1;
+            }
+            s.trusted_until = s.trusted_until.max(trusted_until);
+            s.expired_by = s.expired_by.max(expired_by);
+            if proves {
+                s.unproven = false;
+            }
+        });
+    }
+
+    /// The hold could not be proven (a renewal refused or timed out):
+    /// every hold in the entry now is broken for good.
+    fn mark_unproven(&self) {
+        self.standing.send_if_modified(|s| {
+            if s.unproven {
+                return false;
+            }
+            s.unproven = true;
+            s.breaks += 1;
+            true
+        });
+    }
+
     /// Whether a hold of this entry is still to be renewed at `now`.
     fn renews_at(&self, now: Instant) -> bool {
         self.renew_until
@@ -339,7 +389,11 @@ impl NodeWatchdog {
             tracing::debug!(lock = %key.lock, "a rollback sent after this grant may have undone it: not trusted");
             return None;
         }
+        let id = entries.next_entry;
+        entries.next_entry += 1;
         let fresh = || Entry {
+            id,
+            reads: grant.reads,
             holds: 0,
             renew_until: Vec::new(),
             capped: false,
@@ -349,6 +403,7 @@ impl NodeWatchdog {
                 trusted_until,
                 expired_by,
                 unproven: false,
+                breaks: 0,
             })
             .0,
         };
@@ -371,10 +426,8 @@ impl NodeWatchdog {
             hash_map::Entry::Occupied(slot) => {
                 let entry = slot.into_mut();
                 entry.last_joined = entry.last_joined.max(grant.replied_at);
-                entry.standing.send_modify(|s| {
-                    s.trusted_until = s.trusted_until.max(trusted_until);
-                    s.expired_by = s.expired_by.max(expired_by);
-                });
+                // The grant found the field: it proves the hold.
+                entry.record_ttl(grant.sent_at, grant.replied_at, grant.ttl, true);
                 entry
             }
         };
@@ -384,6 +437,7 @@ impl NodeWatchdog {
             entry.capped = false;
         }
         let standing = entry.standing.subscribe();
+        let (entry_id, joined) = (entry.id, standing.borrow().breaks);
         if renewal != Renewal::None && entries.timer.is_none() {
             entries.timers_started += 1;
             entries.timer = Some(entries.timers_started);
@@ -399,6 +453,8 @@ impl NodeWatchdog {
             record: Record {
                 dog: self.clone(),
                 key,
+                entry: entry_id,
+                joined,
                 standing,
             },
             renewal,
@@ -423,7 +479,7 @@ impl NodeWatchdog {
     /// left after it waits for this batch only ([`NodeWatchdog::quiesce`]).
     async fn renew_all(&self) {
         let now = Instant::now();
-        let snapshot: Vec<EntryKey> = {
+        let snapshot: Vec<(EntryKey, u64)> = {
             let mut entries = self.entries.lock().unwrap();
             for (key, entry) in entries.by_lock.iter_mut() {
                 if !entry.renew_until.is_empty() && !entry.renews_at(now) && !entry.capped {
@@ -435,17 +491,22 @@ impl NodeWatchdog {
                 .by_lock
                 .iter()
                 .filter(|(_, entry)| entry.renews_at(now))
-                .map(|(key, _)| key.clone())
+                .map(|(key, entry)| (key.clone(), entry.id))
                 .collect()
         };
         for chunk in batches(snapshot, self.node.cluster_map().is_some()) {
             let chunk = &chunk[..];
             let _batch = self.renewing.lock().await;
-            let chunk: Vec<&EntryKey> = {
+            // Entries left meanwhile are not renewed; each one kept is
+            // renewed as the kind of hold it is.
+            let chunk: Vec<(&EntryKey, u64, bool)> = {
                 let entries = self.entries.lock().unwrap();
                 chunk
                     .iter()
-                    .filter(|k| entries.by_lock.get(*k).is_some_and(|e| e.renews_at(now)))
+                    .filter_map(|(key, id)| {
+                        let entry = entries.by_lock.get(key)?;
+                        (entry.id == *id && entry.renews_at(now)).then_some((key, *id, entry.reads))
+                    })
                     .collect()
             };
             if chunk.is_empty() {
@@ -453,12 +514,14 @@ impl NodeWatchdog {
             }
             let sent_at = Instant::now();
             let renew = protocol::renew_batch(
-                chunk.iter().map(|key| (&*key.lock, &*key.field)),
+                chunk
+                    .iter()
+                    .map(|(key, _, reads)| (&*key.lock, &*key.field, *reads)),
                 self.timeout,
             );
             let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
             metrics::renewal(self.node.addr());
-            let lane = Lane::of(&chunk[0].lock);
+            let lane = Lane::of(&chunk[0].0.lock);
             let result = self
                 .node
                 .run_despite_suspicion(lane, &renew)
@@ -468,10 +531,18 @@ impl NodeWatchdog {
             match result {
                 Ok(renewed) => {
                     tracing::debug!(elapsed_us = sent_at.elapsed().as_micros() as u64, "renewed");
-                    let trusted_until = timing::trusted_until(sent_at, self.timeout);
-                    let expired_by = timing::surely_expired_at(Instant::now(), self.timeout);
+                    let replied_at = Instant::now();
                     let mut entries = self.entries.lock().unwrap();
-                    for (key, ok) in chunk.iter().zip(renewed) {
+                    for ((key, id, _), ok) in chunk.iter().zip(renewed) {
+                        // Only the entry this renewal was about: the same
+                        // owner may hold the lock again under a new one.
+                        if entries
+                            .by_lock
+                            .get(*key)
+                            .is_none_or(|entry| entry.id != *id)
+                        {
+                            continue;
+                        }
                         if !ok {
                             if let Some(entry) = entries.by_lock.remove(*key) {
                                 tracing::warn!(lock = %key.lock, "lock found gone during renewal");
@@ -479,22 +550,18 @@ impl NodeWatchdog {
                                 entry.standing.send_modify(|s| s.gone = true);
                             }
                         } else if let Some(entry) = entries.by_lock.get(*key) {
-                            entry.standing.send_modify(|s| {
-                                s.trusted_until = s.trusted_until.max(trusted_until);
-                                s.expired_by = s.expired_by.max(expired_by);
-                                s.unproven = false;
-                            });
+                            entry.record_ttl(sent_at, replied_at, self.timeout, true);
                         }
                     }
                 }
                 Err(err) => {
-                    tracing::debug!(error = %err, "renewal failed; the holds there are unproven until one succeeds");
+                    tracing::debug!(error = %err, "renewal failed; the holds there are unproven");
                     let entries = self.entries.lock().unwrap();
-                    for key in &chunk {
-                        if let Some(entry) = entries.by_lock.get(*key) {
-                            entry
-                                .standing
-                                .send_if_modified(|s| !std::mem::replace(&mut s.unproven, true));
+                    for (key, id, _) in &chunk {
+                        if let Some(entry) = entries.by_lock.get(*key)
+                            && entry.id == *id
+                        {
+                            entry.mark_unproven();
                         }
                     }
                 }
@@ -613,13 +680,14 @@ impl Timer {
 #[cfg(test)]
 mod tests;
 
-/// The renewal batches of `holds`: at most [`RENEW_BATCH_SIZE`] each, and
-/// on a Redis Cluster of one hash slot each (one script cannot span slots).
-fn batches(mut holds: Vec<EntryKey>, by_slot: bool) -> Vec<Vec<EntryKey>> {
+/// The renewal batches of `holds` (entries and their ids): at most
+/// [`RENEW_BATCH_SIZE`] each, and on a Redis Cluster of one hash slot each
+/// (one script cannot span slots).
+fn batches(mut holds: Vec<(EntryKey, u64)>, by_slot: bool) -> Vec<Vec<(EntryKey, u64)>> {
     if !by_slot {
         return holds.chunks(RENEW_BATCH_SIZE).map(<[_]>::to_vec).collect();
     }
-    let slot = |key: &EntryKey| Lane::of(&key.lock).slot();
+    let slot = |(key, _): &(EntryKey, u64)| Lane::of(&key.lock).slot();
     holds.sort_by_cached_key(slot);
     holds
         .chunk_by(|a, b| slot(a) == slot(b))

@@ -11,7 +11,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{EntryKey, NodeWatchdog};
-use crate::timing;
 
 /// What the client knows of one entry's key.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +25,14 @@ pub(super) struct Standing {
     pub(super) expired_by: Instant,
     /// The last renewal was refused or timed out.
     pub(super) unproven: bool,
+    /// How many times the proof of this entry's holds broke: a renewal was
+    /// refused or timed out, or the trusted TTL ran out before a renewal
+    /// or grant extended it. A hold is proven only while this is what it
+    /// was when the hold joined: once a guard could not prove its hold, it
+    /// never claims it again (its `lost()` has fired, or could have), even
+    /// when a later renewal finds the field (which a read hold's field
+    /// outlives: the timeout keys are what expire).
+    pub(super) breaks: u64,
 }
 
 /// Whether the watchdog renews a hold, and for how long.
@@ -47,6 +54,8 @@ pub(crate) struct GrantRecord {
     pub(crate) ttl: Duration,
     /// The owner's hold count right after the grant.
     pub(crate) count: u64,
+    /// A read-write lock's read hold: it lives by its timeout keys.
+    pub(crate) reads: bool,
 }
 
 /// One hold's membership in its entry. Dropping it (or [`stop`]ping it)
@@ -65,6 +74,10 @@ pub(crate) struct Registration {
 pub(crate) struct Record {
     pub(super) dog: Arc<NodeWatchdog>,
     pub(super) key: EntryKey,
+    /// The entry's id ([`Entry::id`](super::Entry)).
+    pub(super) entry: u64,
+    /// The entry's [`Standing::breaks`] when this hold joined it.
+    pub(super) joined: u64,
     pub(super) standing: watch::Receiver<Standing>,
 }
 
@@ -100,7 +113,7 @@ impl Registration {
             if let Some((key, mut entry)) = entries.by_lock.remove_entry(&record.key) {
                 // Only the entry this hold joined: after a loss, the same
                 // owner may hold the lock again under a fresh entry.
-                if record.standing.same_channel(&entry.standing.subscribe()) {
+                if entry.id == record.entry {
                     entry.holds -= 1;
                     if let Renewal::Until(until) = self.renewal
                         && let Some(at) = entry.renew_until.iter().position(|u| *u == until)
@@ -127,20 +140,29 @@ impl Record {
     /// renewal (a fixed lease ended).
     pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut updates = self.standing.clone();
+        let joined = self.joined;
         async move {
             loop {
                 let standing = *updates.borrow_and_update();
-                if standing.gone || standing.unproven {
+                let Some(trusted_until) = proven_until(&standing, joined) else {
                     return;
-                }
+                };
                 tokio::select! {
                     // A closed channel means the entry was dropped, which
                     // only happens once the hold is gone.
                     changed = updates.changed() => if changed.is_err() { return },
-                    _ = tokio::time::sleep_until(standing.trusted_until) => return,
+                    _ = tokio::time::sleep_until(trusted_until) => return,
                 }
             }
         }
+    }
+
+    /// Until when this hold is proven: `None` once it is gone, or its proof
+    /// broke since it joined (see [`Standing::breaks`]); the instant may
+    /// already be past (its trusted TTL ran out). Once `None`, or past,
+    /// never again a later instant.
+    pub(crate) fn proven_until(&self) -> Option<Instant> {
+        proven_until(&self.standing.borrow(), self.joined)
     }
 
     /// True once this hold is surely over: gone, or its key's TTL has surely
@@ -153,22 +175,29 @@ impl Record {
     /// Records that a request sent at `sent_at`, answered at `replied_at`,
     /// left the key with `ttl` (an extension).
     pub(crate) fn record_ttl(&self, sent_at: Instant, replied_at: Instant, ttl: Duration) {
-        let mut entries = self.dog.entries.lock().unwrap();
-        if let Some(entry) = entries.by_lock.get_mut(&self.key)
-            && self.standing.same_channel(&entry.standing.subscribe())
+        let entries = self.dog.entries.lock().unwrap();
+        if let Some(entry) = entries.by_lock.get(&self.key)
+            && entry.id == self.entry
         {
-            entry.standing.send_modify(|s| {
-                s.trusted_until = s.trusted_until.max(timing::trusted_until(sent_at, ttl));
-                s.expired_by = s.expired_by.max(timing::surely_expired_at(replied_at, ttl));
-            });
+            // An extension proves the field, not a renewal's standing: a
+            // hold whose renewal failed stays unproven until one succeeds.
+            entry.record_ttl(sent_at, replied_at, ttl, false);
         }
     }
 
     /// Until when the key surely lives; `None` once the hold is gone.
+    #[cfg(test)]
     pub(crate) fn trusted_until(&self) -> Option<Instant> {
         let standing = *self.standing.borrow();
         (!standing.gone).then_some(standing.trusted_until)
     }
+}
+
+/// [`Record::proven_until`] of a hold that joined its entry at `joined`
+/// breaks.
+fn proven_until(standing: &Standing, joined: u64) -> Option<Instant> {
+    (!standing.gone && !standing.unproven && standing.breaks == joined)
+        .then_some(standing.trusted_until)
 }
 
 impl Drop for Registration {

@@ -9,6 +9,7 @@ fn grant(sent_at: Instant, ttl_ms: u64, count: u64) -> GrantRecord {
         replied_at: sent_at + Duration::from_millis(1),
         ttl: Duration::from_millis(ttl_ms),
         count,
+        reads: false,
     }
 }
 
@@ -247,4 +248,78 @@ async fn a_watchdog_with_nothing_left_is_dropped() {
         0,
         "the client keeps no node it holds nothing on"
     );
+}
+
+/// The entry of `registration`, as a renewal's reply finds it.
+fn with_entry(registration: &Registration, change: impl FnOnce(&Entry)) {
+    let record = registration.record();
+    let entries = record.dog.entries.lock().unwrap();
+    change(
+        entries
+            .by_lock
+            .get(&record.key)
+            .expect("the entry is there"),
+    );
+}
+
+/// A hold whose proof broke stays broken, whether anyone looked or not: a
+/// renewal answered after the trusted TTL ran out, or after a renewal that
+/// failed, proves the key for holds joining from then on, never for the
+/// holds already in the entry (their guards were lost meanwhile).
+#[tokio::test(start_paused = true)]
+async fn a_broken_proof_stays_broken_for_the_holds_it_broke() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(3));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let (key, field): (Arc<str>, Arc<str>) = ("k".into(), "c:o".into());
+    let register = |count| {
+        watchdogs
+            .register(
+                &node,
+                &key,
+                &field,
+                grant(Instant::now(), 3_000, count),
+                Renewal::None,
+            )
+            .unwrap()
+    };
+    let first = register(1);
+    assert!(first.record().proven_until().is_some());
+
+    // A renewal sent at 1 s, answered at 3.5 s: after the trust (3 s less
+    // drift) ran out. Nobody looked at the hold in between.
+    let sent = Instant::now() + Duration::from_secs(1);
+    tokio::time::advance(Duration::from_millis(3_500)).await;
+    with_entry(&first, |entry| {
+        entry.record_ttl(sent, Instant::now(), Duration::from_secs(3), true)
+    });
+    assert_eq!(
+        first.record().proven_until(),
+        None,
+        "revived by a late reply"
+    );
+    assert!(
+        !first.record().is_over(),
+        "its key is renewed: it still releases"
+    );
+
+    // A re-entry joining now is proven by its own grant.
+    let second = register(2);
+    assert!(
+        second
+            .record()
+            .proven_until()
+            .is_some_and(|t| t > Instant::now())
+    );
+
+    // A renewal that failed breaks every hold in the entry; the next one
+    // that succeeds proves the key again for holds joining after it only.
+    with_entry(&second, Entry::mark_unproven);
+    assert_eq!(second.record().proven_until(), None);
+    with_entry(&second, |entry| {
+        entry.record_ttl(Instant::now(), Instant::now(), Duration::from_secs(3), true)
+    });
+    assert_eq!(second.record().proven_until(), None, "revived by a renewal");
+    let third = register(3);
+    assert!(third.record().proven_until().is_some());
+    assert_eq!(first.record().proven_until(), None);
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use multilock::testkit::{RedisCluster, key_slot};
-use multilock::{Error, Node, ShardedPubSub};
+use multilock::{Error, Node, Owner, ShardedPubSub};
 
 use crate::common::*;
 
@@ -48,7 +48,11 @@ async fn locks_reenter_and_wake_waiters_on_every_shard() {
     let node = cluster_node(&cluster);
     let client = client();
     for name in name_per_shard(&cluster).await {
-        let lock = client.lock(&node, &name).unwrap();
+        // One owner for both acquires: the second re-enters the first.
+        let lock = client
+            .lock(&node, &name)
+            .unwrap()
+            .with_owner(Owner::new("job").unwrap());
         let guard = lock.lock_with_lease(LONG_LEASE).await.unwrap();
         let primary = cluster.primary_for_key(&name).await.unwrap();
         assert!(

@@ -357,7 +357,8 @@ async fn a_slot_migration_while_a_lock_is_held_and_renewed() {
     let from = cluster.primary_for_slot(slot).await.unwrap();
     let to = (from + 1) % 3;
     let (source, target) = (cluster.nodes()[from].url(), cluster.nodes()[to].url());
-    let lock = client.lock(&node, held).unwrap();
+    // An explicit owner: its hold count is read back below.
+    let lock = owned(&client, &node, held, "holder");
     let guard = lock.lock().await.unwrap();
     assert!(exists(&source, held).await);
 

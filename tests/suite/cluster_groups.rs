@@ -253,7 +253,8 @@ async fn an_external_ssubscribe_client_hears_our_release() {
         .unwrap();
     assert!(set);
     let tried = script_calls(&url).await;
-    let lock = client.lock(&node, name).unwrap();
+    // An explicit owner: the waiter reads its own hold count once granted.
+    let lock = owned(&client, &node, name, "waiter");
     let waiter = tokio::spawn(async move {
         let guard = lock.lock_with_lease(LONG_LEASE).await?;
         let count = lock.hold_count().await?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::testkit::{RedisProcess, TestServer, redisson, redisson_fair};
-use multilock::{Client, Lock};
+use multilock::{Client, Lock, Owner};
 
 const NAME: &str = "tickets";
 
@@ -447,7 +447,10 @@ async fn a_red_lock_of_fair_locks_works_with_a_frozen_master() {
 #[tokio::test]
 async fn a_fenced_fair_lock_hands_out_increasing_tokens() {
     let server = server().await;
-    let lock = fair(&server).with_fencing();
+    // One owner for both acquires: the second re-enters the first.
+    let lock = fair(&server)
+        .with_fencing()
+        .with_owner(Owner::new("job").unwrap());
     let first = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let again = lock.lock_with_lease(LONG_LEASE).await.unwrap();
     let (a, b) = (
@@ -461,4 +464,125 @@ async fn a_fenced_fair_lock_hands_out_increasing_tokens() {
     assert!(next.fencing_token().unwrap() > b);
     next.unlock().await.unwrap();
     assert_eq!(queue_state(&server.url()).await, (0, 0));
+}
+
+/// The deadline (epoch ms) of waiter `field` in the queue of [`NAME`] on
+/// `url`; `None` when it is not queued.
+async fn queue_deadline(url: &str, field: &str) -> Option<f64> {
+    run(
+        url,
+        redis::cmd("ZSCORE")
+            .arg(redisson_fair::timeouts(NAME))
+            .arg(field),
+    )
+    .await
+    .unwrap()
+}
+
+/// Defect 6: a RedLock of fair locks queues each part for the waiter's own
+/// wait (as Redisson's RedLock divides `waitTime` over its locks), not for
+/// the 5-minute default share. A waiter with a 2 s wait that dies while
+/// queued (kill -9: no give-up is sent) keeps its turn for seconds, and a
+/// RedLock that then waits 8 s is granted.
+#[tokio::test]
+async fn a_crashed_red_lock_waiter_keeps_its_turn_for_its_wait_only() {
+    let servers = servers(3).await;
+    let red_lock = |client: &Client, owner: &str| {
+        client
+            .red_lock(fair_parts(client, &servers))
+            .unwrap()
+            .with_owner(multilock::Owner::new(owner).unwrap())
+    };
+    let holder_client = Client::new();
+    let holder = red_lock(&holder_client, "holder")
+        .lock_with_lease(Duration::from_secs(3))
+        .await
+        .unwrap();
+
+    let waiter_client = Client::new();
+    let waiter = red_lock(&waiter_client, "waiter");
+    let field = format!("{}:waiter", waiter_client.id());
+    let mut attempt = Box::pin(waiter.try_lock_for(Duration::from_secs(2), Some(LONG_LEASE)));
+    let polled = tokio::time::timeout(Duration::from_millis(700), &mut attempt).await;
+    assert!(polled.is_err(), "still waiting after 700 ms: {polled:?}");
+    // The crash: no drop runs, so no give-up is sent (the client and the
+    // handles clean nothing up when dropped).
+    std::mem::forget(attempt);
+    let now = redisson_fair::now_ms() as f64;
+    let mut turns = Vec::new();
+    for s in &servers {
+        let deadline = queue_deadline(&s.url(), &field)
+            .await
+            .unwrap_or_else(|| panic!("the waiter queued on {}", s.url()));
+        turns.push(Duration::from_millis((deadline - now).max(0.0) as u64));
+    }
+    holder.unlock().await.unwrap();
+
+    let next_client = Client::new();
+    let next = red_lock(&next_client, "next");
+    let started = Instant::now();
+    let got = next
+        .try_lock_for(Duration::from_secs(8), Some(LONG_LEASE))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    let granted = got.is_some();
+    if let Some(guard) = got {
+        guard.unlock().await.unwrap();
+    }
+    assert!(
+        granted && turns.iter().all(|t| *t < Duration::from_secs(30)),
+        "a waiter with a 2 s wait, crashed while queued behind a 3 s lease, keeps its \
+         turn for {turns:?} from now on the 3 nodes (expected a few seconds); a RedLock \
+         waiting 8 s afterwards was {} after {waited:?}",
+        if granted { "granted" } else { "refused" }
+    );
+}
+
+/// Defect 6, one node: `try_lock()` (no wait) that finds the lock taken and
+/// dies before it gives up (kill -9) leaves no entry keeping a turn for
+/// minutes (Redisson's `tryLock()` does not queue at all).
+#[tokio::test]
+async fn a_crashed_try_lock_leaves_no_minutes_long_turn() {
+    let server = server().await;
+    let url = server.url();
+    let holder = Client::new()
+        .fair_lock(&node(&server), NAME)
+        .unwrap()
+        .with_owner(multilock::Owner::new("holder").unwrap())
+        .lock_with_lease(Duration::from_secs(3))
+        .await
+        .unwrap();
+    let client = Client::new();
+    let lock = client
+        .fair_lock(&node(&server), NAME)
+        .unwrap()
+        .with_owner(multilock::Owner::new("crashed").unwrap());
+    // Connected on the lock's lane: the acquire goes out on the first poll.
+    assert!(lock.is_locked().await.unwrap());
+    let field = format!("{}:crashed", client.id());
+    let before = script_calls(&url).await;
+    let mut attempt = Box::pin(lock.try_lock());
+    assert!(futures::poll!(&mut attempt).is_pending());
+    eventually(
+        PATIENCE,
+        |calls: &u64| format!("the acquire never reached the server ({calls} script calls)"),
+        || async {
+            let calls = script_calls(&url).await;
+            if calls > before { Ok(()) } else { Err(calls) }
+        },
+    )
+    .await;
+    // The crash: its reply is never read, so no give-up is sent.
+    std::mem::forget(attempt);
+    let now = redisson_fair::now_ms() as f64;
+    let turn = queue_deadline(&url, &field)
+        .await
+        .map(|deadline| Duration::from_millis((deadline - now).max(0.0) as u64));
+    assert!(
+        turn.is_none_or(|t| t < Duration::from_secs(30)),
+        "a crashed try_lock() (no wait) left its entry in the queue keeping its turn for \
+         {turn:?} from now (the holder's lease is 3 s)"
+    );
+    holder.unlock().await.unwrap();
 }

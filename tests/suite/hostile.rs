@@ -386,7 +386,10 @@ async fn a_bad_key_in_a_renewal_batch_changes_nothing() {
         plant.plant(&mut conn, "bad", &field).await;
         let before = Snapshot::take(&mut conn, &["bad".to_owned()]).await;
         let renewed: Vec<i64> = protocol::renew_batch(
-            [("good", field.as_str()), ("bad", field.as_str())],
+            [
+                ("good", field.as_str(), false),
+                ("bad", field.as_str(), false),
+            ],
             Duration::from_secs(30),
         )
         .invoke_async(&mut conn)

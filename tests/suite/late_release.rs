@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::Node;
 use multilock::testkit::{Delay, Direction, TcpProxy, TestServer, poll_until};
+use multilock::{Node, Owner};
 
 /// A release whose node was down is sent again in the background once the
 /// node is back (restarted empty: the release's latch is gone with it). The
@@ -19,7 +19,12 @@ use multilock::testkit::{Delay, Direction, TcpProxy, TestServer, poll_until};
 async fn a_release_retried_after_a_restart_never_releases_the_next_hold() {
     let mut server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "lazarus").unwrap();
+    // One owner for every round: the late release carries its field, and
+    // its next hold is the one at risk (another owner's has its own field).
+    let lock = client()
+        .lock(&node, "lazarus")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     for round in 0..3 {
         let held = lock.lock_with_lease(LONG_LEASE).await.unwrap();
         server.kill().await.unwrap();
@@ -46,7 +51,11 @@ async fn a_red_lock_part_retried_after_a_restart_never_releases_the_next_hold() 
     const NAME: &str = "lazarus:red";
     let mut servers = servers(3).await;
     let nodes: Vec<Node> = servers.iter().map(node).collect();
-    let lock = client().red_lock_on(&nodes, NAME).unwrap();
+    // One owner for every round: its next hold's parts are the ones at risk.
+    let lock = client()
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     for round in 0..3 {
         let held = lock.lock_with_lease(LONG_LEASE).await.unwrap();
         servers[0].kill().await.unwrap();
@@ -117,7 +126,12 @@ async fn a_release_landing_after_its_window_never_releases_the_next_hold() {
     let url = server.url();
     let proxy = TcpProxy::start(server.port()).await.unwrap();
     let node = node_at(&proxy.url(), Duration::from_millis(500));
-    let lock = client().lock(&node, "buried").unwrap();
+    // One owner for both holds: the held-up release carries its field, and
+    // its next hold is the one at risk (another owner's has its own field).
+    let lock = client()
+        .lock(&node, "buried")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     // Over long before the window ends: the owner's next grant is fresh.
     let held = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
     proxy.set_delay(Direction::ToServer, Delay::fixed(HELD_UP));

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::testkit::{RedisProcess, TcpProxy, TestServer, poll_until, protocol};
-use multilock::{Client, Error, Node};
+use multilock::{Client, Error, Node, Owner};
 
 #[tokio::test]
 async fn down_then_back() {
@@ -217,7 +217,11 @@ async fn subscriber_ids(server: &RedisProcess) -> Vec<String> {
 async fn the_rollback_of_an_unapplied_reentry_spares_the_outer_hold() {
     let server = debuggable_server().await;
     let node = node(&server); // 500 ms response timeout
-    let lock = client().lock(&node, "reentry").unwrap();
+    // One owner for both acquires: the second is a re-entry of the first.
+    let lock = client()
+        .lock(&node, "reentry")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
     let _: () = run(&server.url(), redis::cmd("SCRIPT").arg("FLUSH"))
         .await

@@ -11,7 +11,10 @@ async fn hold_count_rises_and_falls_with_reentry() {
     let server = server().await;
     let node = node(&server);
     let client = client();
-    let lock = client.lock(&node, "reentrant").unwrap();
+    let lock = client
+        .lock(&node, "reentrant")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
 
     let g1 = lock.lock().await.unwrap();
     let g2 = lock.lock().await.unwrap();
@@ -113,6 +116,88 @@ async fn explicit_owner_shares_a_hold_across_tasks() {
     assert!(!lock.is_locked().await.unwrap());
 }
 
+/// Issue 34, defect 4: two futures of one task, joined, each take the same
+/// lock with a bounded wait, as ordinary async code does. They are not
+/// nested, so they must exclude each other: the second is granted only
+/// after the first released. Before the fix both held at once (the task
+/// was the owner, so the second re-entered) and `hold_count` read 2.
+#[tokio::test]
+async fn two_futures_of_one_task_exclude_each_other() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = long_lease_client().lock(&node, "joined").unwrap();
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    let work = || async {
+        let guard = lock
+            .try_lock_for(Duration::from_secs(5), Some(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .expect("granted once the other released");
+        let now = holders.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        holders.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        guard.unlock().await.unwrap();
+    };
+    tokio::join!(work(), work());
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "two futures of one task held the lock at once"
+    );
+    assert!(!exists(&server.url(), "joined").await);
+}
+
+/// Re-entry is asked for: inside the work of `run_locked`, the same lock
+/// re-enters (the work is the hold's scope), while a future beside it in
+/// the same task waits; a handle bound to the guard's owner re-enters too.
+#[tokio::test]
+async fn run_locked_work_re_enters_and_its_sibling_waits() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = long_lease_client().lock(&node, "scope").unwrap();
+    let sibling_got_in = std::sync::atomic::AtomicBool::new(false);
+    let scoped = lock.run_locked(|_| async {
+        let inner = lock
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("the work re-enters its lock");
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        assert!(lock.is_held_by_current_owner().await.unwrap());
+        // Give the sibling time to try.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !sibling_got_in.load(std::sync::atomic::Ordering::SeqCst),
+            "a sibling future got in while the scope held the lock"
+        );
+        inner.unlock().await.unwrap();
+    });
+    let sibling = async {
+        tokio::task::yield_now().await;
+        let guard = lock
+            .try_lock_for(Duration::from_secs(5), None)
+            .await
+            .unwrap()
+            .expect("granted after the scope released");
+        sibling_got_in.store(true, std::sync::atomic::Ordering::SeqCst);
+        guard
+    };
+    let (scoped, guard) = tokio::join!(scoped, sibling);
+    scoped.unwrap();
+    let same_owner = lock.with_owner(guard.owner().clone());
+    let again = same_owner
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the guard's owner re-enters");
+    assert_eq!(same_owner.hold_count().await.unwrap(), 2);
+    again.unlock().await.unwrap();
+    guard.unlock().await.unwrap();
+    assert!(!exists(&server.url(), "scope").await);
+}
+
 /// 32 tasks x 50 acquisitions guarding a read-sleep-write counter in Redis:
 /// any overlap of two holders loses an increment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +230,8 @@ async fn a_short_reentry_does_not_cut_a_watchdog_hold() {
     let node = node(&server);
     let lock = client_with_watchdog(Duration::from_secs(3))
         .lock(&node, "cut")
-        .unwrap();
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let outer = lock.lock().await.unwrap();
     let inner = lock
         .lock_with_lease(Duration::from_millis(300))
@@ -176,7 +262,10 @@ async fn a_short_reentry_does_not_cut_a_watchdog_hold() {
 async fn a_short_reentry_does_not_cut_a_fixed_lease() {
     let server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "cut-fixed").unwrap();
+    let lock = client()
+        .lock(&node, "cut-fixed")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let outer = lock.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     drop(
         lock.lock_with_lease(Duration::from_millis(200))
@@ -206,7 +295,10 @@ async fn a_short_reentry_does_not_cut_a_fixed_lease() {
 async fn the_outer_guard_follows_a_longer_reentry() {
     let server = server().await;
     let node = node(&server);
-    let lock = client().lock(&node, "longer").unwrap();
+    let lock = client()
+        .lock(&node, "longer")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let outer = lock
         .lock_with_lease(Duration::from_millis(500))
         .await
@@ -229,4 +321,53 @@ async fn the_outer_guard_follows_a_longer_reentry() {
     );
     outer.unlock().await.unwrap();
     assert!(!exists(&server.url(), "longer").await);
+}
+
+/// The audit of issue 34's fix: two critical sections guarded by
+/// `run_locked`, joined inside the work of a `run_locked` of the same lock.
+/// Each re-enters the outer hold, but they are siblings, not nested in each
+/// other: they take turns (each still re-enters, so neither waits for the
+/// outer hold to end). Before the turns, both held at once.
+#[tokio::test]
+async fn joined_sections_inside_a_scope_take_turns() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = long_lease_client().lock(&node, "nested-join").unwrap();
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    let section = || {
+        lock.run_locked(|_| async {
+            let now = holders.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+            // Code the section calls re-enters it.
+            let inner = lock
+                .try_lock()
+                .await
+                .unwrap()
+                .expect("nested in the section");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            inner.unlock().await.unwrap();
+            holders.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    lock.run_locked(|_| async {
+        let (a, b) = tokio::join!(section(), section());
+        a.unwrap();
+        b.unwrap();
+        // Both sections are over: the scope's turn is free again.
+        let again = lock
+            .try_lock()
+            .await
+            .unwrap()
+            .expect("re-enters once they are done");
+        again.unlock().await.unwrap();
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "two joined sections under one scope held the lock at once"
+    );
+    assert!(!exists(&server.url(), "nested-join").await);
 }

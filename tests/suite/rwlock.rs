@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::testkit::{RedisProcess, TestServer, redisson, redisson_rwlock};
-use multilock::{Client, Error, Lock, ReadWriteLock};
+use multilock::{Client, Error, Guard, Lock, Owner, ReadWriteLock};
 
 const NAME: &str = "prices";
 const JAVA: &str = "6f1c0e9a-1111-2222-3333-444455556666:1";
@@ -109,7 +109,7 @@ async fn a_write_release_lets_every_waiting_reader_in_at_once() {
 #[tokio::test]
 async fn a_reader_cannot_upgrade() {
     let server = server().await;
-    let lock = rw(&server);
+    let lock = rw(&server).with_owner(Owner::new("job").unwrap());
     let reading = lock.read().lock_with_lease(LONG_LEASE).await.unwrap();
     let started = Instant::now();
     let err = lock
@@ -129,7 +129,7 @@ async fn a_reader_cannot_upgrade() {
 async fn the_writer_downgrades_to_its_reads() {
     let server = server().await;
     let url = server.url();
-    let lock = rw(&server);
+    let lock = rw(&server).with_owner(Owner::new("job").unwrap());
     let writing = lock.write().lock_with_lease(LONG_LEASE).await.unwrap();
     let reading = lock.read().lock_with_lease(LONG_LEASE).await.unwrap();
     assert!(rw(&server).read().try_lock().await.unwrap().is_none());
@@ -379,7 +379,7 @@ async fn a_read_hold_is_valid_for_its_own_lease_only() {
 #[tokio::test]
 async fn each_half_reports_its_own_mode_as_locked() {
     let server = server().await;
-    let lock = rw(&server);
+    let lock = rw(&server).with_owner(Owner::new("job").unwrap());
     let locked = |lock: &ReadWriteLock| {
         let lock = lock.clone();
         async move {
@@ -483,4 +483,483 @@ async fn a_write_right_after_dropping_the_read_waits_for_its_release() {
             .expect("granted once the reads are released");
         write.unlock().await.unwrap();
     }
+}
+
+/// A reader of its own: a client on a current-thread runtime in a thread of
+/// its own, holding a read lock under a 3 s watchdog. Blocking that thread
+/// pauses the whole client (its renewal timer, its connections), as SIGSTOP
+/// pauses a process, while the server's clock and the other clients go on.
+struct PausableReader {
+    guard: Arc<Guard>,
+    /// The hold's field, `<client-uuid>:reader-1`.
+    field: String,
+    /// Each value sent pauses the client that long; closing it ends the thread.
+    pause: tokio::sync::mpsc::UnboundedSender<Duration>,
+    /// `true` when a pause starts, `false` when it ends.
+    events: tokio::sync::mpsc::UnboundedReceiver<bool>,
+}
+
+impl PausableReader {
+    async fn start(url: String, watchdog: Duration) -> PausableReader {
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let (pause, mut pauses) = tokio::sync::mpsc::unbounded_channel::<Duration>();
+        let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let client = client_with_watchdog(watchdog);
+                let lock = client
+                    .read_write_lock(&node_at(&url, Duration::from_millis(500)), NAME)
+                    .unwrap()
+                    .read()
+                    .with_owner(Owner::new("reader-1").unwrap());
+                let guard = Arc::new(lock.lock().await.unwrap());
+                let field = format!("{}:reader-1", client.id());
+                let _ = ready_tx.send((guard.clone(), field));
+                while let Some(pause) = pauses.recv().await {
+                    let _ = events_tx.send(true);
+                    // Blocks the runtime's only thread: nothing of this
+                    // client runs meanwhile.
+                    std::thread::sleep(pause);
+                    let _ = events_tx.send(false);
+                }
+                if let Ok(guard) = Arc::try_unwrap(guard) {
+                    let _ = guard.unlock().await;
+                }
+            });
+        });
+        let (guard, field) = ready.await.expect("the paused reader took its read lock");
+        PausableReader {
+            guard,
+            field,
+            pause,
+            events,
+        }
+    }
+
+    /// Pauses the client for `pause`; returns once the pause has started.
+    async fn pause(&mut self, pause: Duration) {
+        self.pause.send(pause).unwrap();
+        assert_eq!(self.events.recv().await, Some(true));
+    }
+
+    /// Waits (at most `limit`) until the pause has ended.
+    async fn resumed(&mut self, limit: Duration) {
+        let ended = tokio::time::timeout(limit, self.events.recv()).await;
+        assert_eq!(ended, Ok(Some(false)), "the pause did not end in time");
+    }
+}
+
+/// How far ahead `guard` claims validity (None: it claims none).
+fn validity_left(guard: &Guard) -> Option<Duration> {
+    let until = guard.valid_until()?;
+    let now = std::time::Instant::now();
+    (until > now).then(|| until - now)
+}
+
+/// A read hold whose timeout key expired is expired, whatever its hash
+/// field says: a reader paused (its whole client) past its 3 s watchdog
+/// lease while another reader's 60 s hold keeps the hash must not be
+/// renewed back to life from the hash field alone on resume, nor claim a
+/// validity when that other reader leaves and a writer gets in.
+#[tokio::test]
+async fn a_paused_readers_expired_hold_is_not_revived_by_renewal() {
+    let server = server().await;
+    let url = server.url();
+    let watchdog = Duration::from_secs(3);
+    let mut paused = PausableReader::start(url.clone(), watchdog).await;
+    let timeout_key = redisson_rwlock::read_timeout(NAME, &paused.field, 1);
+    // Another client's reader keeps the hash for a minute: nothing expires
+    // on its own during the checks but the paused reader's key.
+    let second = rw(&server)
+        .read()
+        .with_owner(Owner::new("reader-2").unwrap())
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    assert!(
+        validity_left(&paused.guard).is_some(),
+        "held before the pause"
+    );
+    assert!(exists(&url, &timeout_key).await);
+
+    paused.pause(Duration::from_secs(5)).await;
+    wait_absent(
+        &url,
+        &timeout_key,
+        PATIENCE,
+        "the paused reader's 3 s timeout key expires",
+    )
+    .await;
+    let field_left: Option<i64> = run(&url, redis::cmd("HGET").arg(NAME).arg(&paused.field))
+        .await
+        .unwrap();
+    assert_eq!(
+        field_left,
+        Some(1),
+        "its hash field stays, kept by reader-2"
+    );
+    let scripts_before = script_calls(&url).await;
+    paused.resumed(Duration::from_secs(10)).await;
+
+    // Two renewal periods and more: the one due at once on resume, and
+    // the next.
+    let resumed = Instant::now();
+    while resumed.elapsed() < watchdog {
+        if let Some(left) = validity_left(&paused.guard) {
+            panic!(
+                "{:?} after the resume, the guard claims {left:?} more of validity, \
+                 though its timeout key {timeout_key} expired during the pause \
+                 (renewed from the hash field alone)",
+                resumed.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        script_calls(&url).await > scripts_before,
+        "a renewal ran after the resume"
+    );
+    tokio::time::timeout(Duration::from_secs(1), paused.guard.lost())
+        .await
+        .expect("lost() resolves: the hold expired during the pause");
+
+    // reader-2 leaves: no timeout key is left, the hash goes, a writer gets in.
+    second.unlock().await.unwrap();
+    let writer = rw(&server)
+        .write()
+        .with_owner(Owner::new("writer").unwrap())
+        .try_lock_for(PATIENCE, Some(LONG_LEASE))
+        .await
+        .unwrap()
+        .expect("the writer gets in: no read timeout key is left");
+    assert_eq!(
+        validity_left(&paused.guard),
+        None,
+        "the paused reader claims validity while a writer holds"
+    );
+    tokio::time::timeout(Duration::from_secs(1), paused.guard.lost())
+        .await
+        .expect("lost() still resolves while a writer holds");
+    writer.unlock().await.unwrap();
+}
+
+/// The writer (a third owner) taken after `other` read and left, while a
+/// read hold of `job` (60 s) is valid: must be None.
+async fn writer_after_other_reader_left(server: &RedisProcess) -> Option<Guard> {
+    let other = rw(server)
+        .read()
+        .with_owner(Owner::new("other").unwrap())
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    other.unlock().await.unwrap();
+    rw(server)
+        .write()
+        .with_owner(Owner::new("writer").unwrap())
+        .try_lock_for(Duration::from_secs(1), Some(LONG_LEASE))
+        .await
+        .unwrap()
+}
+
+/// A reader whose owner id ends in `:write` is a reader like any other:
+/// when another reader leaves, its hold keeps writers out. (The owner may
+/// instead be refused as invalid: then there is no such reader.)
+#[tokio::test]
+async fn a_reader_whose_owner_ends_in_write_keeps_writers_out() {
+    let server = server().await;
+    let owner = match Owner::new("job:write") {
+        Ok(owner) => owner,
+        Err(Error::InvalidArgument(_)) => return,
+        Err(err) => panic!("{err:?}"),
+    };
+    let job = match rw(&server)
+        .read()
+        .with_owner(owner)
+        .lock_with_lease(LONG_LEASE)
+        .await
+    {
+        Ok(guard) => guard,
+        Err(Error::InvalidArgument(_)) => return,
+        Err(err) => panic!("{err:?}"),
+    };
+    let writer = writer_after_other_reader_left(&server).await;
+    let left = validity_left(&job).expect("job:write's 60 s read hold is valid");
+    assert!(
+        writer.is_none(),
+        "a writer got in while job:write's read hold is valid for {left:?} more \
+         (the lock's mode: {:?})",
+        mode(&server.url()).await
+    );
+    job.unlock().await.unwrap();
+}
+
+/// The same on the wire, whatever our owner rules: a foreign client's read
+/// hold (Redisson's read acquire, run raw) whose field ends in `:write`
+/// keeps our writer out after our other reader leaves.
+#[tokio::test]
+async fn a_foreign_read_field_ending_in_write_keeps_our_writers_out() {
+    let server = server().await;
+    let url = server.url();
+    let foreign = "6f1c0e9a-1111-2222-3333-444455556666:job:write";
+    let mut raw = raw(&url).await;
+    let granted: Option<i64> = redisson_rwlock::read_acquire(NAME, foreign, LONG_LEASE)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(granted, None);
+    let writer = writer_after_other_reader_left(&server).await;
+    let left = pttl(&url, &redisson_rwlock::read_timeout(NAME, foreign, 1)).await;
+    assert!(left > 50_000, "the foreign read hold is valid ({left} ms)");
+    assert!(
+        writer.is_none(),
+        "a writer got in while the foreign read hold {foreign} is valid for {left} ms more \
+         (the lock's mode: {:?})",
+        mode(&url).await
+    );
+}
+
+/// A read hold lives by its timeout key, not its hash field (issue 34's
+/// class audit): once the key is gone (deleted here, as expiry would while
+/// another reader keeps the hash), every script and query that met the
+/// field alone treats the hold as over. The watchdog's renewal finds it
+/// gone (`lost()` fires within a renewal period, with no pause to lapse
+/// the guard's trust), `hold_count` does not count it, the owner's write
+/// attempt is not refused as an upgrade; a fixed-lease read's `extend`
+/// is refused by the server, and its unlock says `NotHeld` and removes
+/// the stale field.
+#[tokio::test]
+async fn a_read_hold_whose_timeout_key_is_gone_is_over_everywhere() {
+    let server = server().await;
+    let url = server.url();
+    let client = client(); // 1 s watchdog
+    let locks = client.read_write_lock(&node(&server), NAME).unwrap();
+    let job = locks.with_owner(Owner::new("job").unwrap());
+    let solo = locks.with_owner(Owner::new("solo").unwrap());
+    let field = |owner: &str| format!("{}:{owner}", client.id());
+    let drop_timeout_keys = |owner: &str, holds: u32| {
+        let (url, field) = (url.clone(), field(owner));
+        async move {
+            for n in 1..=holds {
+                let key = redisson_rwlock::read_timeout(NAME, &field, n);
+                let deleted: i64 = run(&url, redis::cmd("DEL").arg(&key)).await.unwrap();
+                assert_eq!(deleted, 1, "{key}");
+            }
+        }
+    };
+    let count_of = |owner: &str| {
+        let (url, field) = (url.clone(), field(owner));
+        async move {
+            run::<Option<i64>>(&url, redis::cmd("HGET").arg(NAME).arg(&field))
+                .await
+                .unwrap()
+        }
+    };
+    let renewed = job.read().lock().await.unwrap();
+    let also = job.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    let leased = solo.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    let other = rw(&server)
+        .read()
+        .with_owner(Owner::new("other").unwrap())
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    assert_eq!(job.read().hold_count().await.unwrap(), 2);
+    drop_timeout_keys("job", 2).await;
+    drop_timeout_keys("solo", 1).await;
+    assert_eq!(
+        count_of("job").await,
+        Some(2),
+        "the field outlives its keys"
+    );
+
+    assert_eq!(job.read().hold_count().await.unwrap(), 0);
+    assert_eq!(solo.read().hold_count().await.unwrap(), 0);
+    tokio::time::timeout(PATIENCE, renewed.lost())
+        .await
+        .expect("the renewal finds the read hold gone");
+    let write = job.write().try_lock().await;
+    assert!(
+        matches!(write, Ok(None)),
+        "the owner of expired reads waits for the other reader, not refused as an upgrade: {write:?}"
+    );
+    drop((renewed, also));
+    assert!(matches!(
+        leased.extend(LONG_LEASE).await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(leased.unlock().await, Err(Error::NotHeld { .. })));
+    assert_eq!(count_of("solo").await, None, "the stale field was removed");
+    other.unlock().await.unwrap();
+    assert!(!exists(&url, NAME).await);
+}
+
+/// Waits (at most [`PATIENCE`]) until read hold `n` of `owner` of `client`
+/// on `url` has expired: its timeout key is gone.
+async fn read_key_expired(url: &str, client: &Client, owner: &str, n: u32) {
+    let key = redisson_rwlock::read_timeout(NAME, &format!("{}:{owner}", client.id()), n);
+    wait_absent(url, &key, PATIENCE, "the read hold's lease runs out").await;
+}
+
+/// From the audit of issue 34's fix: read holds are known by their keys'
+/// values, not their numbers. Owner `o`'s first read (300 ms lease)
+/// expires while `b` keeps the hash; `o`'s second read (20 s) is applied
+/// and its future dropped. Its rollback must take its own 20 s key, not the
+/// expired one's number, or nothing holds a read and writers are refused
+/// for 20 s. Before the fix, a writer waited 3 s in vain.
+#[tokio::test]
+async fn a_cancelled_read_reentry_leaves_no_hold_behind() {
+    let server = server().await;
+    let url = server.url();
+    let client = long_lease_client();
+    let locks = client.read_write_lock(&node(&server), NAME).unwrap();
+    let o = locks.with_owner(Owner::new("o").unwrap());
+    let b = locks
+        .with_owner(Owner::new("b").unwrap())
+        .read()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let first = o
+        .read()
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    read_key_expired(&url, &client, "o", 1).await;
+    let field = format!("{}:o", client.id());
+    let count = || async {
+        run::<Option<u64>>(&url, redis::cmd("HGET").arg(NAME).arg(&field))
+            .await
+            .unwrap()
+    };
+    let mut cancelled = Box::pin(o.read().lock_with_lease(Duration::from_secs(20)));
+    assert!(futures::poll!(&mut cancelled).is_pending());
+    eventually(
+        PATIENCE,
+        |c: &Option<u64>| format!("not applied: count {c:?}"),
+        || async {
+            let c = count().await;
+            if c == Some(2) { Ok(()) } else { Err(c) }
+        },
+    )
+    .await;
+    drop(cancelled);
+    eventually(
+        PATIENCE,
+        |c: &Option<u64>| format!("not rolled back: count {c:?}"),
+        || async {
+            let c = count().await;
+            if c.is_none() { Ok(()) } else { Err(c) }
+        },
+    )
+    .await;
+    assert_eq!(o.read().hold_count().await.unwrap(), 0);
+    assert!(matches!(first.unlock().await, Err(Error::NotHeld { .. })));
+    b.unlock().await.unwrap();
+    let writer = locks
+        .with_owner(Owner::new("w").unwrap())
+        .write()
+        .try_lock()
+        .await
+        .unwrap();
+    assert!(
+        writer.is_some(),
+        "no guard holds a read, yet the writer was refused"
+    );
+}
+
+/// From the audit: one owner's read that expired and a later one of the
+/// same owner (a re-entry with a longer lease, which keeps the entry's
+/// guards valid): the expired one's unlock says `NotHeld` and leaves the
+/// later hold alone; the later one's unlock frees the lock. (The later
+/// one's unlock first, with the expired one's key gone, used to take the
+/// expired one's number and leave the later key behind.)
+#[tokio::test]
+async fn an_expired_read_and_a_later_one_of_its_owner_release_exactly() {
+    let server = server().await;
+    let url = server.url();
+    let client = long_lease_client();
+    let locks = client.read_write_lock(&node(&server), NAME).unwrap();
+    let o = locks.with_owner(Owner::new("o").unwrap());
+    let b = locks
+        .with_owner(Owner::new("b").unwrap())
+        .read()
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    for later_first in [false, true] {
+        let first = o
+            .read()
+            .lock_with_lease(Duration::from_millis(300))
+            .await
+            .unwrap();
+        read_key_expired(&url, &client, "o", 1).await;
+        let later = o.read().lock_with_lease(LONG_LEASE).await.unwrap();
+        if later_first {
+            later.unlock().await.unwrap();
+            drop(first); // its hold is known over: nothing is sent
+        } else {
+            assert!(
+                matches!(first.unlock().await, Err(Error::NotHeld { .. })),
+                "the expired hold's unlock"
+            );
+            assert_eq!(
+                o.read().hold_count().await.unwrap(),
+                1,
+                "the later hold stays"
+            );
+            later.unlock().await.unwrap();
+        }
+        assert_eq!(
+            o.read().hold_count().await.unwrap(),
+            0,
+            "later first: {later_first}"
+        );
+    }
+    b.unlock().await.unwrap();
+    assert!(!exists(&url, NAME).await, "no read hold is left behind");
+}
+
+/// From the audit: the writer reads with a 300 ms lease, the read expires,
+/// then the write (renewed) is released: the downgrade finds no live read
+/// and frees the lock, instead of keeping it in read mode for the rest of
+/// the write's TTL (about a minute) with no guard holding it.
+#[tokio::test]
+async fn a_downgrade_to_expired_reads_frees_the_lock() {
+    let server = server().await;
+    let url = server.url();
+    let client = long_lease_client(); // the write's TTL: a minute
+    let locks = client.read_write_lock(&node(&server), NAME).unwrap();
+    let w = locks.with_owner(Owner::new("w").unwrap());
+    let writing = w.write().lock().await.unwrap();
+    let reading = w
+        .read()
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    read_key_expired(&url, &client, "w", 1).await;
+    // The read's guard is still there, its field too: the downgrade must
+    // look at the key, not the field.
+    writing.unlock().await.unwrap();
+    assert!(!exists(&url, NAME).await, "mode {:?}", mode(&url).await);
+    drop(reading);
+    // A live read is downgraded to, and the hash lives as long as it.
+    let writing = w.write().lock().await.unwrap();
+    let reading = w
+        .read()
+        .lock_with_lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    writing.unlock().await.unwrap();
+    assert_eq!(mode(&url).await.as_deref(), Some("read"));
+    let ttl = pttl(&url, NAME).await;
+    assert!(
+        (1..=5_000).contains(&ttl),
+        "the hash lives as long as the read: {ttl} ms"
+    );
+    reading.unlock().await.unwrap();
+    assert!(!exists(&url, NAME).await);
 }

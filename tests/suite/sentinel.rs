@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use multilock::testkit::{SentinelGroup, TestServer};
-use multilock::{Client, Error, Lock, Node, Unavailable};
+use multilock::{Client, Error, Lock, Node, Owner, Unavailable};
 
 use crate::common::*;
 
@@ -99,7 +99,11 @@ async fn lock_unlock_reentry_and_wakeup_on_the_primary() {
     let primary = group.data_nodes()[group.primary().await.unwrap()].url();
     let node = sentinel_node(&group);
     assert_eq!(node.addr(), node_name(&group));
-    let lock = long_lease_client().lock(&node, "s-basic").unwrap();
+    // One owner for both acquires: the second re-enters the first.
+    let lock = long_lease_client()
+        .lock(&node, "s-basic")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
 
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::common::*;
-use multilock::testkit::TestServer;
+use multilock::testkit::{Delay, Direction, TcpProxy, TestServer};
 
 #[tokio::test]
 async fn watchdog_keeps_the_lock_past_three_timeouts() {
@@ -446,4 +446,158 @@ async fn one_bad_key_does_not_spoil_a_renewal_batch() {
             "guard {i} fired lost()"
         );
     }
+}
+
+/// A renewal's reply updates only the hold it renewed. A watchdog hold is
+/// force-unlocked, the next renewal finds it gone (it answers 0), and a
+/// proxy holds that reply back while the same owner takes the lock again,
+/// with a 60 s lease, on another connection. The late reply must not mark
+/// the new hold gone: its unlock must free the lock at once.
+#[tokio::test]
+async fn a_late_renewal_reply_leaves_a_later_hold_of_its_owner_alone() {
+    // A tick every 2 s; the held-back reply comes 2 s late, within the
+    // node's 5 s response timeout and before the holds' trusted TTLs run
+    // out (a reply later than that would leave them lost for good).
+    const TIMEOUT: Duration = Duration::from_secs(6);
+    const HELD_BACK: Duration = Duration::from_secs(2);
+    let server = server().await;
+    let url = server.url();
+    let proxy = TcpProxy::start(server.port()).await.unwrap();
+    // Two shared connections: a lock's requests keep to the one its name
+    // picks ("ticking": the first, "regrant": the second), renewal batches
+    // take them in turn, the first batch the first one.
+    let node = multilock::Node::builder(proxy.url())
+        .shared_connections(2)
+        .connect_timeout(PATIENCE)
+        .response_timeout(PATIENCE)
+        .build()
+        .unwrap();
+    let client = client_with_watchdog(TIMEOUT);
+    let (_, renew_sha) = script("renew_batch");
+    // Another hold in the same batch: its guard's validity moves forward
+    // once the batch's reply has been handled.
+    let marker = client.lock(&node, "ticking").unwrap().lock().await.unwrap();
+    let lock = client
+        .lock(&node, "regrant")
+        .unwrap()
+        .with_owner(multilock::Owner::new("w").unwrap());
+    let _first = lock.lock().await.unwrap();
+    let mut lines = monitor(&url).await;
+    assert!(
+        multilock::Client::new()
+            .lock(&node_at(&url, PATIENCE), "regrant")
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
+    proxy.set_delay(Direction::ToClient, Delay::fixed(HELD_BACK));
+    // The first tick's renewal runs on the server after the force unlock.
+    let mut deleted = false;
+    let renewal = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next().await {
+            if line.command() == "del" && line.has_arg("regrant") {
+                deleted = true;
+            } else if line.command() == "evalsha" && line.args[1] == renew_sha {
+                return line;
+            }
+        }
+        panic!("MONITOR ended");
+    })
+    .await
+    .expect("a renewal within PATIENCE");
+    assert!(deleted, "the force unlock ran before the renewal");
+    assert!(
+        renewal.has_arg("regrant") && renewal.has_arg("ticking"),
+        "{renewal:?}"
+    );
+    // A round trip to the server: the proxy has read the renewal's reply
+    // meanwhile (it stays delayed); later replies pass at once.
+    let _: String = run(&url, &redis::cmd("PING")).await.unwrap();
+    proxy.set_delay(Direction::ToClient, Delay::NONE);
+    let marker_before = marker.valid_until().unwrap();
+    let second = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+    assert_eq!(
+        marker.valid_until(),
+        Some(marker_before),
+        "setup: the second hold was granted while the renewal's reply was held back"
+    );
+    eventually(
+        PATIENCE,
+        |_: &()| "the held-back renewal reply was not handled".to_owned(),
+        || async {
+            if marker.valid_until() > Some(marker_before) {
+                Ok(())
+            } else {
+                Err(())
+            }
+        },
+    )
+    .await;
+    let unlocked = second.unlock().await;
+    assert!(
+        unlocked.is_ok(),
+        "the later hold's unlock, after the earlier hold's late renewal reply: {unlocked:?}"
+    );
+    assert!(
+        !exists(&url, "regrant").await,
+        "the key is gone right after the later hold's unlock (PTTL {} ms)",
+        pttl(&url, "regrant").await
+    );
+    marker.unlock().await.unwrap();
+}
+
+/// Issue 34, defect 5, with a slow node: a renewal the server applied in
+/// time but whose reply came after the hold's trusted TTL ran out. `lost()`
+/// fired at that moment (the client could not prove the hold), so the
+/// guard stays lost when the reply comes: `valid_until()` never moves
+/// ahead again and `nodes()` stays empty, though the key lived throughout.
+/// Before the fix, the late reply moved `valid_until()` ~0.5 s ahead of a
+/// guard whose `lost()` had fired.
+#[tokio::test]
+async fn a_renewal_answered_after_the_trust_ran_out_does_not_revive_the_guard() {
+    const TIMEOUT: Duration = Duration::from_secs(3);
+    let server = server().await;
+    let url = server.url();
+    let proxy = TcpProxy::start(server.port()).await.unwrap();
+    let node = multilock::Node::builder(proxy.url())
+        .connect_timeout(PATIENCE)
+        .response_timeout(PATIENCE)
+        .build()
+        .unwrap();
+    let lock = client_with_watchdog(TIMEOUT)
+        .lock(&node, "late-proof")
+        .unwrap();
+    let guard = lock.lock().await.unwrap();
+    // The first renewal (at 1 s) reaches the server at once; its reply
+    // comes 2.5 s later, after the grant's trust ran out (~3 s).
+    proxy.set_delay(
+        Direction::ToClient,
+        Delay::fixed(Duration::from_millis(2500)),
+    );
+    tokio::time::timeout(PATIENCE, guard.lost())
+        .await
+        .expect("lost() once the trusted TTL ran out with no renewal answered");
+    proxy.set_delay(Direction::ToClient, Delay::NONE);
+    // Past every reply held back (the last one sent before the delay went
+    // away comes by 2.5 s from now), and one more renewal.
+    let watch_until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < watch_until {
+        let now = std::time::Instant::now();
+        if let Some(until) = guard.valid_until() {
+            assert!(
+                until <= now,
+                "lost() fired, yet a late renewal reply moved valid_until() {:?} ahead",
+                until - now
+            );
+        }
+        assert!(guard.nodes().is_empty(), "{:?}", guard.nodes());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        pttl(&url, "late-proof").await > 0,
+        "the key lived throughout: the renewals reached the server"
+    );
+    guard.unlock().await.unwrap();
+    assert!(!exists(&url, "late-proof").await);
 }

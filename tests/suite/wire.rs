@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use futures::StreamExt;
+use multilock::Owner;
 use multilock::testkit::RedisProcess;
 use multilock::testkit::TestServer;
 use multilock::testkit::protocol::{self, AcquireReply, scripts};
@@ -18,7 +19,11 @@ async fn layout_matches_redisson() {
     let server = server().await;
     let node = node(&server);
     let client = client();
-    let lock = client.lock(&node, "orders:42").unwrap();
+    // An explicit owner: the lock is re-entered below (count 2).
+    let lock = client
+        .lock(&node, "orders:42")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
 
     let url = server.url();
     // Redisson's channel, written out: the name is the contract.
@@ -516,7 +521,12 @@ async fn hold_count(server: &RedisProcess, name: &str, field: &str) -> u32 {
 async fn single_node_fencing_tokens_follow_redisson() {
     let server = server().await;
     let node = node(&server);
-    let first = client().lock(&node, "fenced").unwrap().with_fencing();
+    // An explicit owner: `first` is re-entered below.
+    let first = client()
+        .lock(&node, "fenced")
+        .unwrap()
+        .with_fencing()
+        .with_owner(Owner::new("first").unwrap());
     let second = client().lock(&node, "fenced").unwrap().with_fencing();
     // Redisson's counter, written out: the name is part of the contract.
     let counter = || async {

@@ -11,7 +11,7 @@ use futures::StreamExt;
 
 use crate::common::*;
 use multilock::testkit::{RedisProcess, TestServer, protocol};
-use multilock::{Client, Error, Node};
+use multilock::{Client, Error, Node, Owner};
 
 const NAME: &str = "orders:42";
 
@@ -119,7 +119,11 @@ async fn both_work_when_all_nodes_are_up() {
     let servers = servers(5).await;
     let nodes = nodes(&servers);
     let client = client();
-    let red = client.red_lock_on(&nodes, NAME).unwrap();
+    // An explicit owner: the RedLock is re-entered below.
+    let red = client
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let multi = client.multi_lock_on(&nodes, "multi").unwrap();
     let g = red.lock().await.unwrap();
     assert_eq!(g.nodes().len(), 5);
@@ -574,10 +578,55 @@ async fn lost_fires_below_quorum_only() {
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
 
+/// Issue 34, defect 5: a RedLock over 3 nodes, 3 s watchdog; 2 of the 3
+/// nodes are killed. Once `lost()` has fired, `valid_until()` is no longer
+/// ahead and `nodes()` lists only nodes whose hold is still proven (fewer
+/// than the quorum): the three agree. Before the fix, `valid_until()` still
+/// lay ~2 s ahead and `nodes()` named all three right after `lost()`.
+#[tokio::test]
+async fn lost_valid_until_and_nodes_agree() {
+    let mut servers = servers(3).await;
+    let nodes = nodes(&servers);
+    let client = client_with_watchdog(Duration::from_secs(3));
+    let red = client.red_lock_on(&nodes, NAME).unwrap();
+    let guard = red.lock().await.unwrap();
+    assert_eq!(guard.nodes().len(), 3);
+    assert!(guard.valid_until().is_some());
+    for s in &mut servers[..2] {
+        s.kill().await.unwrap();
+    }
+    tokio::time::timeout(PATIENCE, guard.lost())
+        .await
+        .expect("lost() once 2 of 3 nodes stop answering renewals");
+    let now = std::time::Instant::now();
+    if let Some(until) = guard.valid_until() {
+        assert!(
+            until <= now,
+            "lost() fired, yet valid_until() lies {:?} ahead",
+            until - now
+        );
+    }
+    let proven = guard.nodes();
+    assert!(
+        proven.len() < red.quorum() && !proven.contains(&addr(&servers[0])),
+        "lost() fired, yet nodes() lists {proven:?}"
+    );
+    // And it stays so: the surviving node's renewals go on succeeding.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        guard
+            .valid_until()
+            .is_none_or(|until| until <= std::time::Instant::now())
+    );
+    assert!(guard.nodes().len() < red.quorum());
+    drop(guard);
+}
+
 /// The three lock types are interchangeable behind `DistributedLock`.
 #[tokio::test]
 async fn the_three_lock_types_are_interchangeable() {
     async fn exercise<L: multilock::DistributedLock>(lock: L) {
+        let lock = lock.with_owner(multilock::Owner::new("interchangeable").unwrap());
         let guard = lock.lock().await.unwrap();
         assert!(lock.is_locked().await.unwrap());
         assert!(lock.is_held_by_current_owner().await.unwrap());
@@ -616,7 +665,11 @@ async fn the_three_lock_types_are_interchangeable() {
 async fn a_short_reentry_does_not_cut_a_red_lock() {
     let servers = servers(3).await;
     let nodes: Vec<Node> = servers.iter().map(node).collect();
-    let red = client().red_lock_on(&nodes, "cut-red").unwrap();
+    // One owner for both acquires: the second re-enters the first.
+    let red = client()
+        .red_lock_on(&nodes, "cut-red")
+        .unwrap()
+        .with_owner(Owner::new("job").unwrap());
     let outer = red.lock_with_lease(Duration::from_secs(10)).await.unwrap();
     red.lock_with_lease(Duration::from_millis(200))
         .await
@@ -634,4 +687,54 @@ async fn a_short_reentry_does_not_cut_a_red_lock() {
         assert!(pttl(&s.url(), "cut-red").await > 5_000);
     }
     outer.unlock().await.unwrap();
+}
+
+/// Defect 7: A and B hold, C is another client's, B is frozen. A released,
+/// B did not confirm: no quorum confirmed the release, and B is named as
+/// unconfirmed (`NoQuorum`). It is not `NotHeld`: C was never this
+/// guard's, and nothing said the lock had run out on a quorum.
+#[tokio::test]
+async fn an_unlock_that_a_frozen_holder_leaves_unconfirmed_is_no_quorum() {
+    let mut servers = servers(3).await;
+    let nodes = nodes(&servers);
+    let rival = Client::new()
+        .lock(&nodes[2], NAME)
+        .unwrap()
+        .with_owner(multilock::Owner::new("rival").unwrap())
+        .lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let client = Client::new();
+    let red = client
+        .red_lock_on(&nodes, NAME)
+        .unwrap()
+        .with_owner(multilock::Owner::new("ours").unwrap());
+    let guard = red
+        .try_lock_for(Duration::from_secs(2), Some(LONG_LEASE))
+        .await
+        .unwrap()
+        .expect("A and B are a quorum");
+    assert_eq!(guard.nodes(), vec![addr(&servers[0]), addr(&servers[1])]);
+    let frozen = addr(&servers[1]);
+    servers[1].pause().await.unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), guard.unlock()).await;
+    let took = started.elapsed();
+    servers[1].unpause().await.unwrap();
+    match outcome.expect("unlock returns") {
+        Err(Error::NoQuorum(q)) => assert!(
+            q.failures.iter().any(|f| f.node == frozen
+                && match &f.cause {
+                    multilock::FailureCause::NoAnswer => true,
+                    multilock::FailureCause::Failed(err) => !matches!(err, Error::NotHeld { .. }),
+                    _ => false,
+                }),
+            "B ({frozen}) named as unconfirmed: {q}"
+        ),
+        other => panic!(
+            "A released, B ({frozen}) frozen, C never held: expected NoQuorum naming B, \
+             got after {took:?}: {other:?}"
+        ),
+    }
+    rival.unlock().await.unwrap();
 }
