@@ -1,9 +1,10 @@
 //! Who holds a lock: the unit of reentrancy, and the scopes in which an
 //! acquire re-enters a hold instead of waiting for it.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -29,13 +30,15 @@ const WRITER_SUFFIX: &str = ":write";
 ///   [`Guard::owner`](crate::Guard::owner)): for sharing a hold between
 ///   tasks, handing it over, or Redisson's per-thread style with
 ///   [`Owner::current`];
-/// - or it runs inside the work of a `run_locked` of that lock
-///   ([`Lock::run_locked`](crate::Lock::run_locked)): code called from the
-///   critical section re-enters the lock it runs under. Re-entries of one
-///   such scope take turns: two futures joined inside the work are
-///   siblings, not nested in each other, so the second waits for the
-///   first's guard to go (and a re-entry's own `run_locked` is the scope
-///   for what it calls in turn).
+/// - or it runs inside the work of a `run_locked`
+///   ([`Lock::run_locked`](crate::Lock::run_locked)), which runs as its
+///   hold's owner, as a thread does in Redisson: code called from the
+///   critical section re-enters the lock it runs under (and what enclosing
+///   `run_locked`s hold). Futures joined inside the work are siblings, not
+///   nested in each other: they take each lock in turns, the second
+///   waiting for the first's guard to go. A re-entry's own `run_locked` is
+///   the scope for what it calls in turn, so a re-entry by a bare `lock()`
+///   that is still held makes a nested `lock()` of the same lock wait.
 ///
 /// # Examples
 ///
@@ -146,41 +149,56 @@ fn thread_number() -> u64 {
 pub(crate) type LockId = (u64, Arc<str>);
 
 /// The hold of a `run_locked` whose work the current future runs in: its
-/// locks, its owner, and the turn its re-entries take one at a time.
+/// owner, the locks it holds, and a turn per lock that re-entries made in
+/// its work take one at a time.
 struct Scope {
-    id: LockId,
     owner: Owner,
-    turn: Arc<Semaphore>,
+    holds: Vec<LockId>,
+    turns: Mutex<HashMap<LockId, Arc<Semaphore>>>,
+}
+
+impl Scope {
+    /// The turn of lock `id` in this scope, made on first use.
+    fn turn(&self, id: LockId) -> Arc<Semaphore> {
+        let mut turns = self.turns.lock().unwrap();
+        turns
+            .entry(id)
+            .or_insert_with(|| Arc::new(Semaphore::new(1)))
+            .clone()
+    }
 }
 
 tokio::task_local! {
     /// The scopes the current future runs in (innermost last). Set only
     /// while that work is polled, so a sibling future of the same task
-    /// (beside the `run_locked`, in a `join!`) does not see it.
+    /// (beside the `run_locked`, in a `join!`) does not see it, nor does a
+    /// task spawned from it.
     static SCOPES: Arc<Vec<Arc<Scope>>>;
 }
 
-/// Who an acquire holds for, as [`resolve`] decided: and when it re-enters
-/// a `run_locked` scope, the turn it must take first.
+/// Who an acquire holds for, as [`resolve`] decided: and inside a
+/// `run_locked` scope, the turns it must take first.
 pub(crate) struct Resolved {
     pub(crate) owner: Owner,
-    turn: Option<Arc<Semaphore>>,
+    /// In one order for everyone (by address), so two acquires that share
+    /// locks cannot each wait for a turn the other took.
+    turns: Vec<Arc<Semaphore>>,
 }
 
-/// A re-entry's turn in its `run_locked` scope, kept by its guard: two
+/// A re-entry's turns in its `run_locked` scope, kept by its guard: two
 /// futures inside one scope (joined in its work) are siblings, not nested
-/// in each other, so they re-enter one after the other, never together.
+/// in each other, so they take a lock one after the other, never together.
 /// The re-entry's own `run_locked` opens a scope of its own for what it
 /// calls.
 #[derive(Debug)]
-pub(crate) struct Turn(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub(crate) struct Turn(#[allow(dead_code)] Vec<OwnedSemaphorePermit>);
 
 impl Resolved {
-    /// Waits for this acquire's turn in its scope (at once outside one),
+    /// Waits for this acquire's turns in its scope (at once outside one),
     /// until `deadline` (`None`: as long as it takes). `None`: the deadline
     /// came first.
     ///
-    /// Cancel safe: a turn not yet taken is not kept.
+    /// Cancel safe: turns not all taken are given back.
     pub(crate) async fn take_turn(&self, deadline: Option<Instant>) -> Option<Turn> {
         match deadline {
             None => Some(self.wait_turn().await),
@@ -192,49 +210,61 @@ impl Resolved {
 
     /// [`Resolved::take_turn`] with no deadline.
     pub(crate) async fn wait_turn(&self) -> Turn {
-        match &self.turn {
-            // The semaphore is never closed.
-            Some(turn) => Turn(turn.clone().acquire_owned().await.ok()),
-            None => Turn(None),
+        let mut permits = Vec::with_capacity(self.turns.len());
+        for turn in &self.turns {
+            // The semaphores are never closed.
+            if let Ok(permit) = turn.clone().acquire_owned().await {
+                permits.push(permit);
+            }
         }
+        Turn(permits)
     }
 }
 
 /// The owner an acquire of the locks `ids` holds for: `explicit` when the
-/// handle has one; else the owner of the innermost `run_locked` scope
-/// holding one of them (the acquire re-enters it, in its turn); else a
-/// fresh one.
+/// handle has one. Else, inside the work of a `run_locked`, that hold's
+/// owner (the innermost scope's), as a thread is in Redisson: the acquire
+/// re-enters what the scopes hold, taking each lock's turn in the
+/// innermost scope of that owner holding it (or, for a lock no scope
+/// holds, in the outermost one of that owner), so futures joined inside a
+/// scope take a lock one at a time. Else a fresh owner.
 pub(crate) fn resolve<'a>(
     explicit: Option<&Owner>,
-    ids: impl IntoIterator<Item = (u64, &'a str)> + Clone,
+    ids: impl IntoIterator<Item = (u64, &'a str)>,
 ) -> Resolved {
     if let Some(owner) = explicit {
         return Resolved {
             owner: owner.clone(),
-            turn: None,
+            turns: Vec::new(),
         };
     }
     let scoped = SCOPES.try_with(|scopes| {
-        scopes.iter().rev().find_map(|scope| {
-            let (node, name) = &scope.id;
-            ids.clone()
-                .into_iter()
-                .any(|(n, k)| n == *node && k == &**name)
-                .then(|| Resolved {
-                    owner: scope.owner.clone(),
-                    turn: Some(scope.turn.clone()),
-                })
-        })
+        let owner = scopes.last()?.owner.clone();
+        let mine: Vec<&Arc<Scope>> = scopes.iter().filter(|s| s.owner == owner).collect();
+        let mut turns: Vec<Arc<Semaphore>> = ids
+            .into_iter()
+            .map(|(node, name)| {
+                let holder = mine
+                    .iter()
+                    .rev()
+                    .find(|scope| scope.holds.iter().any(|(n, k)| *n == node && **k == *name))
+                    .unwrap_or(&mine[0]);
+                holder.turn((node, name.into()))
+            })
+            .collect();
+        turns.sort_by_key(|turn| Arc::as_ptr(turn) as usize);
+        turns.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        Some(Resolved { owner, turns })
     });
     scoped.ok().flatten().unwrap_or_else(|| Resolved {
         owner: Owner::unique(),
-        turn: None,
+        turns: Vec::new(),
     })
 }
 
-/// Runs `work` as the scope of `owner`'s holds of `ids`: acquires of those
-/// locks inside it (without an owner of their own) re-enter, one at a
-/// time.
+/// Runs `work` as the scope of `owner`'s holds of `ids`: acquires inside it
+/// (without an owner of their own) hold for `owner` and re-enter those
+/// holds, each lock one future at a time.
 pub(crate) async fn within<T>(
     ids: impl IntoIterator<Item = LockId>,
     owner: &Owner,
@@ -243,13 +273,10 @@ pub(crate) async fn within<T>(
     let mut scopes: Vec<Arc<Scope>> = SCOPES
         .try_with(|scopes| scopes.to_vec())
         .unwrap_or_default();
-    let turn = Arc::new(Semaphore::new(1));
-    scopes.extend(ids.into_iter().map(|id| {
-        Arc::new(Scope {
-            id,
-            owner: owner.clone(),
-            turn: turn.clone(),
-        })
+    scopes.push(Arc::new(Scope {
+        owner: owner.clone(),
+        holds: ids.into_iter().collect(),
+        turns: Mutex::default(),
     }));
     SCOPES.scope(Arc::new(scopes), work).await
 }
@@ -294,8 +321,9 @@ mod tests {
         assert!(Owner::new("writer").is_ok());
     }
 
-    /// Inside a scope, its locks resolve to its owner; siblings beside the
-    /// scope (joined in the same task) and other locks get fresh owners.
+    /// Inside a scope, every lock resolves to its owner (the work runs as
+    /// the hold's owner); siblings beside the scope (joined in the same
+    /// task) get fresh owners.
     #[tokio::test]
     async fn a_scope_is_seen_by_its_work_only() {
         let owner = Owner::new("outer").unwrap();
@@ -314,8 +342,8 @@ mod tests {
         };
         let ((same, other_name, other_node), sibling) = tokio::join!(inside, beside);
         assert_eq!(same, owner);
-        assert_ne!(other_name, owner);
-        assert_ne!(other_node, owner);
+        assert_eq!(other_name, owner);
+        assert_eq!(other_node, owner);
         assert_ne!(sibling, owner);
         let explicit = Owner::new("explicit").unwrap();
         let chosen = within([lock], &owner, async {
@@ -359,6 +387,9 @@ mod tests {
                 );
             })
             .await;
+            // Another lock has a turn of its own.
+            let other = resolve(None, [(7, "other")]);
+            assert!(other.take_turn(Some(Instant::now())).await.is_some());
             drop(first);
             assert!(second.take_turn(Some(Instant::now())).await.is_some());
         })

@@ -586,12 +586,13 @@ impl Lock {
     /// the watchdog), runs `work` with the fencing token (`None` unless the
     /// lock is fenced), releases, and returns what `work` returned.
     ///
-    /// `work` is the hold's scope: an acquire of this lock made inside it,
-    /// through a handle without an owner of its own, re-enters the hold
-    /// (code the critical section calls may lock again); a future beside
-    /// it, in the same task, does not, and waits. Re-entries of the scope
-    /// take turns: two joined inside `work` are siblings, not nested in
-    /// each other, so the second waits until the first's guard is gone.
+    /// `work` is the hold's scope and runs as its owner: an acquire made
+    /// inside it through a handle without an owner of its own re-enters
+    /// the hold (code the critical section calls may lock again); a future
+    /// beside it, in the same task, does not, and waits. Acquires inside
+    /// `work` take each lock in turns: two joined inside it are siblings,
+    /// not nested in each other, so the second waits until the first's
+    /// guard is gone (see [`Owner`]).
     ///
     /// If the lock can no longer be proven held before `work` finishes (the
     /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and

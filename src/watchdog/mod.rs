@@ -455,6 +455,8 @@ impl NodeWatchdog {
                 key,
                 entry: entry_id,
                 joined,
+                own: (grant.reads && renewal == Renewal::None)
+                    .then(|| Arc::new(Mutex::new(trusted_until))),
                 standing,
             },
             renewal,

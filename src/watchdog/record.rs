@@ -4,13 +4,14 @@
 //! hold's membership (leaving it is how renewal stops); [`Record`] is a
 //! read-only view any guard part can keep.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{EntryKey, NodeWatchdog};
+use crate::timing;
 
 /// What the client knows of one entry's key.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +79,12 @@ pub(crate) struct Record {
     pub(super) entry: u64,
     /// The entry's [`Standing::breaks`] when this hold joined it.
     pub(super) joined: u64,
+    /// A read hold with a fixed lease: until when its own timeout key
+    /// surely lives (its grant's, or its latest extension's). A read
+    /// hold's key is its own, so a longer hold of the same owner (the
+    /// entry's) does not keep it; `None` for other holds, which share
+    /// their entry's key.
+    pub(super) own: Option<Arc<Mutex<Instant>>>,
     pub(super) standing: watch::Receiver<Standing>,
 }
 
@@ -140,18 +147,22 @@ impl Record {
     /// renewal (a fixed lease ended).
     pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut updates = self.standing.clone();
-        let joined = self.joined;
+        let (joined, own) = (self.joined, self.own.clone());
         async move {
             loop {
                 let standing = *updates.borrow_and_update();
-                let Some(trusted_until) = proven_until(&standing, joined) else {
+                let Some(until) = proven_until(&standing, joined, own.as_deref()) else {
                     return;
                 };
+                if until <= Instant::now() {
+                    return;
+                }
                 tokio::select! {
                     // A closed channel means the entry was dropped, which
                     // only happens once the hold is gone.
                     changed = updates.changed() => if changed.is_err() { return },
-                    _ = tokio::time::sleep_until(trusted_until) => return,
+                    // Judged again: an extension may have moved it.
+                    _ = tokio::time::sleep_until(until) => {}
                 }
             }
         }
@@ -162,7 +173,7 @@ impl Record {
     /// already be past (its trusted TTL ran out). Once `None`, or past,
     /// never again a later instant.
     pub(crate) fn proven_until(&self) -> Option<Instant> {
-        proven_until(&self.standing.borrow(), self.joined)
+        proven_until(&self.standing.borrow(), self.joined, self.own.as_deref())
     }
 
     /// True once this hold is surely over: gone, or its key's TTL has surely
@@ -182,6 +193,10 @@ impl Record {
             // An extension proves the field, not a renewal's standing: a
             // hold whose renewal failed stays unproven until one succeeds.
             entry.record_ttl(sent_at, replied_at, ttl, false);
+            if let Some(own) = &self.own {
+                let mut own = own.lock().unwrap();
+                *own = (*own).max(timing::trusted_until(sent_at, ttl));
+            }
         }
     }
 
@@ -194,10 +209,11 @@ impl Record {
 }
 
 /// [`Record::proven_until`] of a hold that joined its entry at `joined`
-/// breaks.
-fn proven_until(standing: &Standing, joined: u64) -> Option<Instant> {
-    (!standing.gone && !standing.unproven && standing.breaks == joined)
-        .then_some(standing.trusted_until)
+/// breaks, with its own key's trust `own` (a fixed-lease read hold's).
+fn proven_until(standing: &Standing, joined: u64, own: Option<&Mutex<Instant>>) -> Option<Instant> {
+    let entry = (!standing.gone && !standing.unproven && standing.breaks == joined)
+        .then_some(standing.trusted_until)?;
+    Some(own.map_or(entry, |own| entry.min(*own.lock().unwrap())))
 }
 
 impl Drop for Registration {

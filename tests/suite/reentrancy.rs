@@ -371,3 +371,54 @@ async fn joined_sections_inside_a_scope_take_turns() {
     );
     assert!(!exists(&server.url(), "nested-join").await);
 }
+
+/// From the second audit: inside a MultiLock's `run_locked`, its parts are
+/// re-entered one after the other in plain sequential code (each lock has
+/// its own turn); and `run_locked`s nested over two locks run as one owner,
+/// so a MultiLock of both, inside, re-enters both parts. Before, the second
+/// part waited for the first part's turn, and the MultiLock for an owner
+/// that held only one of them (both for ever with `lock()`).
+#[tokio::test]
+async fn scopes_re_enter_parts_and_nested_holds() {
+    let servers = servers(2).await;
+    let (n0, n1) = (node(&servers[0]), node(&servers[1]));
+    let client = long_lease_client();
+    let a = client.lock(&n0, "part-a").unwrap();
+    let b = client.lock(&n1, "part-b").unwrap();
+    let wait = Duration::from_secs(3);
+    let multi = client.multi_lock(vec![a.clone(), b.clone()]).unwrap();
+    multi
+        .run_locked(|_| async {
+            let ga = a
+                .try_lock_for(wait, None)
+                .await
+                .unwrap()
+                .expect("part a re-entered");
+            let gb = b
+                .try_lock_for(wait, None)
+                .await
+                .unwrap()
+                .expect("part b re-entered");
+            gb.unlock().await.unwrap();
+            ga.unlock().await.unwrap();
+        })
+        .await
+        .unwrap();
+    a.run_locked(|_| async {
+        b.run_locked(|_| async {
+            let both = client.multi_lock(vec![a.clone(), b.clone()]).unwrap();
+            let guard = both
+                .try_lock_for(wait, None)
+                .await
+                .unwrap()
+                .expect("both parts re-entered inside the scopes holding them");
+            guard.unlock().await.unwrap();
+        })
+        .await
+        .unwrap();
+    })
+    .await
+    .unwrap();
+    assert!(!exists(&servers[0].url(), "part-a").await);
+    assert!(!exists(&servers[1].url(), "part-b").await);
+}

@@ -963,3 +963,44 @@ async fn a_downgrade_to_expired_reads_frees_the_lock() {
     reading.unlock().await.unwrap();
     assert!(!exists(&url, NAME).await);
 }
+
+/// From the second audit: a read hold is valid for its own key, not for a
+/// longer hold of the same owner (each read hold has its own key). Owner
+/// `o` reads for 1 s, then for 20 s; once the short hold's key expired and
+/// the long one is released, a writer gets in, and the short guard must not
+/// claim validity (it claimed the long hold's ~18 s before the fix).
+#[tokio::test]
+async fn a_read_guard_is_valid_for_its_own_key_only() {
+    let server = server().await;
+    let url = server.url();
+    let client = long_lease_client();
+    let o = client
+        .read_write_lock(&node(&server), NAME)
+        .unwrap()
+        .with_owner(Owner::new("o").unwrap());
+    let short = o
+        .read()
+        .lock_with_lease(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let long = o.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    read_key_expired(&url, &client, "o", 1).await;
+    long.unlock().await.unwrap();
+    let writer = rw(&server)
+        .with_owner(Owner::new("w").unwrap())
+        .write()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("no live read is left");
+    let now = std::time::Instant::now();
+    assert!(
+        short.valid_until().is_none_or(|until| until <= now),
+        "a writer holds, yet the expired read guard claims {:?} more",
+        short.valid_until().map(|until| until - now)
+    );
+    tokio::time::timeout(Duration::from_millis(100), short.lost())
+        .await
+        .expect("lost() has fired");
+    writer.unlock().await.unwrap();
+}
