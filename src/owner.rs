@@ -191,7 +191,10 @@ pub(crate) struct Resolved {
 /// The re-entry's own `run_locked` opens a scope of its own for what it
 /// calls.
 #[derive(Debug)]
-pub(crate) struct Turn(#[allow(dead_code)] Vec<OwnedSemaphorePermit>);
+pub(crate) struct Turn {
+    /// Held for their drop: the turns are given back with the guard.
+    _permits: Vec<OwnedSemaphorePermit>,
+}
 
 impl Resolved {
     /// Waits for this acquire's turns in its scope (at once outside one),
@@ -217,7 +220,7 @@ impl Resolved {
                 permits.push(permit);
             }
         }
-        Turn(permits)
+        Turn { _permits: permits }
     }
 }
 
