@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use tokio::time::Instant;
+
 use super::repair::NodeRepairs;
 use super::rules;
 use crate::node::{Lane, Node};
@@ -57,6 +59,27 @@ impl Part {
 #[derive(Default)]
 pub(crate) struct FenceBook {
     nodes: Mutex<HashMap<u64, NodeBook>>,
+    /// Settlements under way in this client, by name: a repair of the name
+    /// waits for them (see [`FenceBook::settling`]).
+    settling: Mutex<HashMap<Arc<str>, usize>>,
+}
+
+/// A settlement under way ([`FenceBook::settling`]), until dropped.
+pub(crate) struct Settling {
+    book: Arc<FenceBook>,
+    name: Arc<str>,
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        let mut settling = self.book.settling.lock().unwrap();
+        if let Some(count) = settling.get_mut(&self.name) {
+            *count -= 1;
+            if *count == 0 {
+                settling.remove(&self.name);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -74,6 +97,9 @@ struct Seen {
     generation: u64,
     /// The highest value seen since (or written by a repair).
     last: Option<u64>,
+    /// When the reply that showed `last` was read: a reading sent before
+    /// that may have run before it on the server.
+    last_read_at: Option<Instant>,
     unrepaired: bool,
     group: Group,
 }
@@ -87,15 +113,21 @@ pub(crate) struct Work {
 }
 
 impl FenceBook {
-    /// Records what a reply from `part`'s node said of its counter
-    /// (`None`: missing), for a name fenced by `group`, and returns whether
-    /// the counter is intact (a witness, if present). A restart seen here
-    /// starts the node's repair.
+    /// Records what a reply from `part`'s node, to a request sent at
+    /// `sent_at`, said of its counter (`None`: missing), for a name fenced
+    /// by `group`, and returns whether the counter is intact (a witness, if
+    /// present). A restart seen here starts the node's repair.
+    ///
+    /// Replies are read in the order they come, not the order the server
+    /// ran them: a reading lower than (or missing beside) a value shown by
+    /// a reply read after this request was sent may have run before that
+    /// value was written. It proves no restart, and it is no witness.
     pub(crate) fn observe(
         self: &Arc<Self>,
         part: &Part,
         group: &Group,
         counter: Option<u64>,
+        sent_at: Instant,
     ) -> bool {
         let node = part.node();
         let generation = node.generation();
@@ -108,10 +140,18 @@ impl FenceBook {
         let seen = book.names.entry(name.clone()).or_insert_with(|| Seen {
             generation,
             last: None,
+            last_read_at: None,
             unrepaired: false,
             group: group.clone(),
         });
         let restarted = seen.generation != generation;
+        let overtaken = seen.last.is_some()
+            && counter < seen.last
+            && seen.last_read_at.is_some_and(|at| sent_at < at);
+        if !restarted && overtaken {
+            tracing::debug!(lock = %part.name(), node = %node.addr(), "a counter reading overtaken by a later one: not a witness");
+            return false;
+        }
         if restarted || rules::counter_needs_repair(seen.last, counter, seen_elsewhere) {
             if !seen.unrepaired {
                 if restarted || seen.last.is_some() {
@@ -126,8 +166,35 @@ impl FenceBook {
             self.start_repairs(book, node);
             return false;
         }
+        if counter.is_some() && counter >= seen.last {
+            seen.last_read_at = Some(Instant::now());
+        }
         seen.last = seen.last.max(counter);
         true
+    }
+
+    /// Marks a settlement of `name` under way until the value is dropped.
+    /// A repair reads its witnesses while counters are being raised to a
+    /// token it cannot know, and would seed a restarted node below it (a
+    /// value no earlier token exceeds, so safe, but below the token just
+    /// handed out): it waits until the settlement is over, then reads the
+    /// raised counters.
+    pub(crate) fn settling(self: &Arc<Self>, name: &Arc<str>) -> Settling {
+        *self
+            .settling
+            .lock()
+            .unwrap()
+            .entry(name.clone())
+            .or_default() += 1;
+        Settling {
+            book: self.clone(),
+            name: name.clone(),
+        }
+    }
+
+    /// Whether a settlement of `name` is under way in this client.
+    pub(crate) fn is_settling(&self, name: &str) -> bool {
+        self.settling.lock().unwrap().contains_key(name)
     }
 
     /// Whether `part`'s counter is intact, as far as the client knows.

@@ -74,6 +74,7 @@ pub(super) struct NodeRepairs {
 impl NodeRepairs {
     pub(super) async fn run(self) {
         let mut backoff = FIRST_BACKOFF;
+        let mut deferring_since: Option<tokio::time::Instant> = None;
         loop {
             let work = match self.book.upgrade() {
                 Some(book) => {
@@ -85,11 +86,26 @@ impl NodeRepairs {
                 }
                 None => return,
             };
+            // A repair defers to this client's settlements of its name for
+            // at most a second: a name settled without pause still gets
+            // repaired (with witnesses that may lag the token under way,
+            // which is safe: see `FenceBook::settling`).
+            let patient = deferring_since.is_none_or(|since| since.elapsed() < MAX_DEFERRAL);
             let mut failed = false;
+            let mut deferred = false;
             for work in &work {
-                failed |= !repair(&self.book, work).await;
+                match repair(&self.book, work, patient).await {
+                    Repair::Done => {}
+                    Repair::Failed => failed = true,
+                    Repair::Deferred => deferred = true,
+                }
             }
-            if failed {
+            if deferred {
+                deferring_since.get_or_insert_with(tokio::time::Instant::now);
+            } else {
+                deferring_since = None;
+            }
+            if failed || deferred {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             } else {
@@ -99,17 +115,40 @@ impl NodeRepairs {
     }
 }
 
+/// How long a repair defers to this client's settlements of its name.
+const MAX_DEFERRAL: Duration = Duration::from_secs(1);
+
+/// How one repair ended.
+enum Repair {
+    Done,
+    /// Too few witnesses, or a request failed: tried again.
+    Failed,
+    /// A settlement of the name was under way (`patient`): tried again.
+    Deferred,
+}
+
 /// One repair: read the counter on every other node of the lock, and once
 /// enough witnesses (or every other node) answered, raise the restarted
-/// node's counter to the highest. Whether it is done.
-async fn repair(book: &WeakBook, work: &Work) -> bool {
+/// node's counter to the highest. `patient`: defer while this client
+/// settles a token of the name.
+async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     let target = &work.part;
+    let settling = || {
+        patient
+            && book
+                .upgrade()
+                .is_some_and(|book| book.is_settling(target.name()))
+    };
+    if settling() {
+        return Repair::Deferred;
+    }
     let others: Vec<_> = work
         .group
         .parts
         .iter()
         .filter(|lock| lock.node().id() != target.node().id())
         .collect();
+    let sent_at = tokio::time::Instant::now();
     let reads = join_all(others.iter().map(|lock| async move {
         let read = protocol::read_token(lock.keys());
         let patience = lock.node().response_timeout();
@@ -118,7 +157,7 @@ async fn repair(book: &WeakBook, work: &Work) -> bool {
     }))
     .await;
     let Some(fence_book) = book.upgrade() else {
-        return true;
+        return Repair::Done;
     };
     let reports: Vec<CounterReport> = others
         .iter()
@@ -127,7 +166,7 @@ async fn repair(book: &WeakBook, work: &Work) -> bool {
             let counter = counter?;
             Some(CounterReport {
                 value: counter,
-                intact: fence_book.observe(lock, &work.group, counter),
+                intact: fence_book.observe(lock, &work.group, counter, sent_at),
             })
         })
         .collect();
@@ -135,15 +174,19 @@ async fn repair(book: &WeakBook, work: &Work) -> bool {
     let nodes = work.group.parts.len();
     let Some(value) = rules::repair_value(&reports, nodes, work.group.required) else {
         tracing::debug!(lock = %target.name(), node = %target.node().addr(), "too few counters to repair from yet");
-        return false;
+        return Repair::Failed;
     };
+    if settling() {
+        // A settlement began while the witnesses were read: read again.
+        return Repair::Deferred;
+    }
     let written = match value {
         Some(value) => {
             let raise = protocol::raise_token(target.keys(), value, Missing::Seed);
             let patience = target.node().response_timeout();
             match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {
                 Ok(Ok(raised)) => Some(raised.after),
-                _ => return false,
+                _ => return Repair::Failed,
             }
         }
         None => None,
@@ -151,5 +194,5 @@ async fn repair(book: &WeakBook, work: &Work) -> bool {
     if let Some(book) = book.upgrade() {
         book.repaired(work, written);
     }
-    true
+    Repair::Done
 }

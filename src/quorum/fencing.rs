@@ -55,6 +55,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             required,
         };
         book.watch(&group);
+        let _settling = book.settling(&self.locks[0].keys().name);
         // The grants reported their counters (a quorum's acquire does not
         // INCR: only the settlement writes them).
         let guess = parts
@@ -175,16 +176,17 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .enumerate()
             .map(|(index, lock)| async move {
                 let generation = lock.node().generation();
+                let sent_at = tokio::time::Instant::now();
                 let raise = protocol::raise_token(lock.keys(), minimum, missing);
                 let raised =
                     tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &raise)).await;
-                (index, generation, raised.ok().and_then(Result::ok))
+                (index, generation, sent_at, raised.ok().and_then(Result::ok))
             })
             .collect();
         let mut answers = Vec::with_capacity(self.locks.len());
-        while let Some((index, generation, raised)) = raises.next().await {
+        while let Some((index, generation, sent_at, raised)) = raises.next().await {
             if let Some(raised) = raised {
-                book.observe(&group.parts[index], group, raised.before);
+                book.observe(&group.parts[index], group, raised.before, sent_at);
                 if missing == Missing::Seed && raised.after >= minimum {
                     book.sealed(&group.parts[index], generation, Some(raised.after));
                 }
