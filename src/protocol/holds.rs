@@ -403,6 +403,21 @@ macro_rules! cancel_latch_lua {
 }
 pub(super) use cancel_latch_lua;
 
+/// Sets the local `tagged` to the lock name in the local `key` as its keys
+/// are prefixed: `{name}`, or the name itself when it carries a hash tag
+/// (Redisson's rule, as [`LockKeys`] applies it in Rust).
+macro_rules! tagged_name_lua {
+    () => {
+        r#"
+local tagged = key
+if not string.find(key, '{', 1, true) then
+    tagged = '{' .. key .. '}'
+end
+"#
+    };
+}
+pub(super) use tagged_name_lua;
+
 /// A read hold of a read-write lock lives by its timeout keys, one per hold
 /// count, `{name}:<field>:rwlock_timeout:<n>`, not by its hash field: the
 /// field outlives them (another reader's hold keeps the hash), and when
@@ -414,11 +429,9 @@ pub(super) use cancel_latch_lua;
 /// count, a number) and `lease`; sets `reads_alive`.
 macro_rules! renew_read_timeouts_lua {
     () => {
-        r#"
-local tagged = key
-if not string.find(key, '{', 1, true) then
-    tagged = '{' .. key .. '}'
-end
+        concat!(
+            tagged_name_lua!(),
+            r#"
 local reads_alive = false
 for n = 1, count do
     local timeout = tagged .. ':' .. field .. ':rwlock_timeout:' .. n
@@ -431,6 +444,7 @@ for n = 1, count do
     end
 end
 "#
+        )
     };
 }
 

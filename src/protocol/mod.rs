@@ -22,6 +22,7 @@ use crate::timing::{millis, ttl_from_pttl};
 pub(crate) mod fair;
 mod fencing;
 mod holds;
+mod read_keys;
 pub(crate) mod rw;
 
 pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};

@@ -1,13 +1,14 @@
 //! The single-node reentrant lock, wire-compatible with Redisson's `RLock`:
-//! its configuration, its queries and its public acquire methods. How an
-//! acquire waits, sends and rolls back is in [`acquire`]; a hold and its
-//! release are in [`hold`].
+//! its configuration. Its public acquire methods are in [`methods`], its
+//! queries in [`queries`]; how an acquire waits, sends and rolls back is in
+//! [`acquire`]; a hold and its release are in [`hold`].
 
 mod acquire;
 mod burial;
 mod fair;
 mod hold;
 mod kind;
+mod methods;
 mod queries;
 mod read_write;
 #[cfg(all(test, feature = "testkit"))]
@@ -19,12 +20,11 @@ use std::time::Duration;
 
 use crate::client_core::ClientCore;
 use crate::error::{Error, Result};
-use crate::guard::Guard;
 use crate::metrics;
 use crate::node::{Lane, Node};
 use crate::owner::Owner;
 use crate::protocol::{Fencing, LockKeys};
-use crate::timing::{self, check_lease};
+use crate::timing;
 use crate::watchdog::Renewal;
 
 pub(crate) use acquire::Attempt;
@@ -43,7 +43,7 @@ pub(crate) use hold::{HeldPart, PartView};
 /// service using Redisson and this crate can share one lock.
 ///
 /// The handle is cheap to clone, `Send + Sync`, and holds no state of holding:
-/// that lives in the [`Guard`]. By default every acquire has an owner of its
+/// that lives in the [`Guard`](crate::Guard). By default every acquire has an owner of its
 /// own, so two acquires never both hold, even from one task; re-entry is
 /// asked for, with [`Lock::with_owner`] or inside [`Lock::run_locked`] (see
 /// [`Owner`]).
@@ -267,7 +267,7 @@ impl Lock {
 
     /// This lock with fencing tokens: each grant (re-entries too) INCRs the counter
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
-    /// lock) and the guard carries the value ([`Guard::fencing_token`]).
+    /// lock) and the guard carries the value ([`Guard::fencing_token`](crate::Guard::fencing_token)).
     ///
     /// The counter has no expiry, as in Redisson: a counter that expired
     /// would start again from 1, and hand the next holder a token lower than
@@ -438,6 +438,11 @@ impl Lock {
         crate::owner::resolve(self.owner.as_ref(), [self.id_pair()])
     }
 
+    /// The lease a request sets: the given one, else the watchdog's.
+    pub(super) fn lease(&self, lease: Option<Duration>) -> Duration {
+        lease.unwrap_or_else(|| self.watchdog_timeout())
+    }
+
     /// The node's id and the lock's key: what a `run_locked` scope names.
     fn id_pair(&self) -> (u64, &str) {
         (self.inner.node.id(), self.name())
@@ -446,195 +451,6 @@ impl Lock {
     /// The lock as a `run_locked` scope names it.
     pub(crate) fn scope_id(&self) -> crate::owner::LockId {
         (self.inner.node.id(), self.inner.keys.name.clone())
-    }
-
-    /// Acquires, waiting as long as it takes. Without a lease: the watchdog
-    /// renews the lock while the guard lives.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let guard = lock.lock().await?;     // renewed by the watchdog while held
-    /// // ... the critical section ...
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NodeUnavailable`] / [`Error::Redis`] when the node fails.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves nothing held: an acquire request in flight
-    /// is completed in the background and released if it was granted. A
-    /// fair lock's waiter also leaves the queue: at once in the background
-    /// when no request is in flight, else once that request's reply came.
-    pub async fn lock(&self) -> Result<Guard> {
-        self.acquire_until_granted(None).await
-    }
-
-    /// Acquires, waiting as long as it takes, with a fixed lease (no
-    /// watchdog): the lock expires `lease` after it was granted unless
-    /// released before.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// use std::time::Duration;
-    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
-    /// [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::lock`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard> {
-        check_lease(lease)?;
-        self.acquire_until_granted(Some(lease)).await
-    }
-
-    async fn acquire_until_granted(&self, lease: Option<Duration>) -> Result<Guard> {
-        loop {
-            if let Some(guard) = self.acquire(None, lease).await? {
-                return Ok(guard);
-            }
-        }
-    }
-
-    /// One attempt, no waiting. `None` when someone else holds the lock.
-    /// Without a lease, so the watchdog renews it. A fair lock's attempt
-    /// does not join the queue (Redisson's `tryLock()`): it is granted only
-    /// when the lock is free and nobody queues ahead.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// match lock.try_lock().await? {
-    ///     Some(guard) => guard.unlock().await?,
-    ///     None => { /* someone else holds it */ }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::lock`].
-    pub async fn try_lock(&self) -> Result<Option<Guard>> {
-        self.acquire(Some(Duration::ZERO), None).await
-    }
-
-    /// Tries for at most `wait`; `lease` fixes the lease, `None` lets the
-    /// watchdog renew. `None` when the lock was not granted in time.
-    ///
-    /// Waiting is driven by the unlock message on the lock's channel; each
-    /// wait also ends after the holder's remaining TTL, so a lost message
-    /// costs at most one TTL.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// use std::time::Duration;
-    /// let wait = Duration::from_secs(2);
-    /// if let Some(guard) = lock.try_lock_for(wait, Some(Duration::from_secs(10))).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
-    /// [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::lock`].
-    pub async fn try_lock_for(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<Guard>> {
-        if let Some(lease) = lease {
-            check_lease(lease)?;
-        }
-        self.acquire(Some(wait), lease).await
-    }
-
-    /// The lease a request sets: the given one, else the watchdog's.
-    fn lease(&self, lease: Option<Duration>) -> Duration {
-        lease.unwrap_or_else(|| self.watchdog_timeout())
-    }
-
-    /// Acquires (as [`Lock::lock`]: waiting as long as it takes, renewed by
-    /// the watchdog), runs `work` with the fencing token (`None` unless the
-    /// lock is fenced), releases, and returns what `work` returned.
-    ///
-    /// `work` is the hold's scope and runs as its owner: an acquire made
-    /// inside it through a handle without an owner of its own re-enters
-    /// the hold (code the critical section calls may lock again); a future
-    /// beside it, in the same task, does not, and waits. Acquires inside
-    /// `work` take each lock in turns: two joined inside it are siblings,
-    /// not nested in each other, so the second waits until the first's
-    /// guard is gone (see [`Owner`]).
-    ///
-    /// If the lock can no longer be proven held before `work` finishes (the
-    /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
-    /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
-    /// means what dropping any future means: it stops at the await point it
-    /// was waiting at and never resumes, and what it already did stays done.
-    /// A request it had sent may still be applied, and a task it spawned
-    /// goes on. So pass the fencing token with every write the lock
-    /// protects, and let the resource refuse a token lower than one it has
-    /// seen.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let total = lock
-    ///     .run_locked(|token| async move {
-    ///         // ... read, compute, write with `token` ...
-    ///         42
-    ///     })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`]; [`Error::LockLost`](crate::Error::LockLost) as
-    /// above; and the release's error, if the release fails after `work`
-    /// finished ([`Error::NotHeld`](crate::Error::NotHeld) when the lock ran
-    /// out just as it ended: then `work` cannot be known to have run under
-    /// the lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the
-    /// background.
-    pub async fn run_locked<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(Option<u64>) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        crate::scoped::run_locked(self.lock(), self.name(), [self.scope_id()], work).await
     }
 }
 

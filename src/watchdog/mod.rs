@@ -1,5 +1,5 @@
 //! What a client knows of its holds on each node, and the renewal of those
-//! taken without a lease.
+//! taken without a lease (the timer and the batches: [`renewal`]).
 //!
 //! One owner's holds of one lock on one node (the outer hold and its
 //! re-entries) share one [`Entry`]: what the key is known to hold for them.
@@ -42,17 +42,17 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::metrics;
-use crate::node::{Lane, Node};
-use crate::protocol;
+use crate::node::Node;
 use crate::timing;
 
 mod record;
+mod renewal;
 
 use record::Standing;
 pub(crate) use record::{GrantRecord, Record, Registration, Renewal};
+use renewal::Timer;
 
 /// Holds renewed per script call: one call renews ~500 holds in about 3 ms
 /// of server time, during which the node runs nothing else.
@@ -475,102 +475,6 @@ impl NodeWatchdog {
         self.renewing.lock().await
     }
 
-    /// One round: renew every entry with a hold taken without a lease, in
-    /// batches. Each batch takes the `renewing` lock and drops the entries
-    /// left meanwhile: an entry left before that is not renewed, and one
-    /// left after it waits for this batch only ([`NodeWatchdog::quiesce`]).
-    async fn renew_all(&self) {
-        let now = Instant::now();
-        let snapshot: Vec<(EntryKey, u64)> = {
-            let mut entries = self.entries.lock().unwrap();
-            for (key, entry) in entries.by_lock.iter_mut() {
-                if !entry.renew_until.is_empty() && !entry.renews_at(now) && !entry.capped {
-                    entry.capped = true;
-                    tracing::warn!(lock = %key.lock, node = %self.node.addr(), "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
-                }
-            }
-            entries
-                .by_lock
-                .iter()
-                .filter(|(_, entry)| entry.renews_at(now))
-                .map(|(key, entry)| (key.clone(), entry.id))
-                .collect()
-        };
-        for chunk in batches(snapshot, self.node.cluster_map().is_some()) {
-            let chunk = &chunk[..];
-            let _batch = self.renewing.lock().await;
-            // Entries left meanwhile are not renewed; each one kept is
-            // renewed as the kind of hold it is.
-            let chunk: Vec<(&EntryKey, u64, bool)> = {
-                let entries = self.entries.lock().unwrap();
-                chunk
-                    .iter()
-                    .filter_map(|(key, id)| {
-                        let entry = entries.by_lock.get(key)?;
-                        (entry.id == *id && entry.renews_at(now)).then_some((key, *id, entry.reads))
-                    })
-                    .collect()
-            };
-            if chunk.is_empty() {
-                continue;
-            }
-            let sent_at = Instant::now();
-            let renew = protocol::renew_batch(
-                chunk
-                    .iter()
-                    .map(|(key, _, reads)| (&*key.lock, &*key.field, *reads)),
-                self.timeout,
-            );
-            let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
-            metrics::renewal(self.node.addr());
-            let lane = Lane::of(&chunk[0].0.lock);
-            let result = self
-                .node
-                .run_despite_suspicion(lane, &renew)
-                .instrument(span.clone())
-                .await;
-            let _enter = span.enter();
-            match result {
-                Ok(renewed) => {
-                    tracing::debug!(elapsed_us = sent_at.elapsed().as_micros() as u64, "renewed");
-                    let replied_at = Instant::now();
-                    let mut entries = self.entries.lock().unwrap();
-                    for ((key, id, _), ok) in chunk.iter().zip(renewed) {
-                        // Only the entry this renewal was about: the same
-                        // owner may hold the lock again under a new one.
-                        if entries
-                            .by_lock
-                            .get(*key)
-                            .is_none_or(|entry| entry.id != *id)
-                        {
-                            continue;
-                        }
-                        if !ok {
-                            if let Some(entry) = entries.by_lock.remove(*key) {
-                                tracing::warn!(lock = %key.lock, "lock found gone during renewal");
-                                metrics::lost_hold(self.node.addr());
-                                entry.standing.send_modify(|s| s.gone = true);
-                            }
-                        } else if let Some(entry) = entries.by_lock.get(*key) {
-                            entry.record_ttl(sent_at, replied_at, self.timeout, true);
-                        }
-                    }
-                }
-                Err(err) => {
-                    tracing::debug!(error = %err, "renewal failed; the holds there are unproven");
-                    let entries = self.entries.lock().unwrap();
-                    for (key, id, _) in &chunk {
-                        if let Some(entry) = entries.by_lock.get(*key)
-                            && entry.id == *id
-                        {
-                            entry.mark_unproven();
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// Removes this watchdog from its client's map when it holds nothing and
     /// no timer runs, so a client does not keep every node it ever held on
     /// alive. Lock order: the map, then the entries (as in `register`).
@@ -617,82 +521,5 @@ impl Drop for PendingRollback {
     }
 }
 
-/// The per-node timer. Holds only a weak reference (bb8's reaper pattern) and
-/// ends when its node has nothing left to renew, or the client is gone.
-struct Timer {
-    dog: Weak<NodeWatchdog>,
-    /// Which timer this is: only the running one clears `Entries::timer`.
-    number: u64,
-}
-
-/// Clears `Entries::timer` however the timer ends, returning or dropped with
-/// its runtime: the next registration then starts a new one.
-struct TimerRunning {
-    dog: Weak<NodeWatchdog>,
-    number: u64,
-}
-
-impl Drop for TimerRunning {
-    fn drop(&mut self) {
-        if let Some(dog) = self.dog.upgrade() {
-            {
-                let mut entries = dog.entries.lock().unwrap();
-                if entries.timer == Some(self.number) {
-                    entries.timer = None;
-                }
-            }
-            dog.prune_if_empty();
-        }
-    }
-}
-
-impl Timer {
-    async fn run(self) {
-        let _running = TimerRunning {
-            dog: self.dog.clone(),
-            number: self.number,
-        };
-        let period = match self.dog.upgrade() {
-            Some(dog) => dog.timeout / 3,
-            None => return,
-        };
-        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            let Some(dog) = self.dog.upgrade() else {
-                return;
-            };
-            {
-                // Idle: stop, under the same lock a registration checks, so
-                // a hold registered from now on starts a new timer.
-                let mut entries = dog.entries.lock().unwrap();
-                if !entries.renews_any(Instant::now()) {
-                    if entries.timer == Some(self.number) {
-                        entries.timer = None;
-                    }
-                    return;
-                }
-            }
-            dog.renew_all().await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests;
-
-/// The renewal batches of `holds` (entries and their ids): at most
-/// [`RENEW_BATCH_SIZE`] each, and on a Redis Cluster of one hash slot each
-/// (one script cannot span slots).
-fn batches(mut holds: Vec<(EntryKey, u64)>, by_slot: bool) -> Vec<Vec<(EntryKey, u64)>> {
-    if !by_slot {
-        return holds.chunks(RENEW_BATCH_SIZE).map(<[_]>::to_vec).collect();
-    }
-    let slot = |(key, _): &(EntryKey, u64)| Lane::of(&key.lock).slot();
-    holds.sort_by_cached_key(slot);
-    holds
-        .chunk_by(|a, b| slot(a) == slot(b))
-        .flat_map(|same| same.chunks(RENEW_BATCH_SIZE).map(<[_]>::to_vec))
-        .collect()
-}

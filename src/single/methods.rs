@@ -1,0 +1,196 @@
+//! The public acquire methods of the single-node lock: wait until granted,
+//! try once, try within a wait, and run work under the lock. How an acquire
+//! runs is in [`super::acquire`].
+
+use std::time::Duration;
+
+use super::Lock;
+use crate::error::Result;
+use crate::guard::Guard;
+use crate::timing::check_lease;
+
+impl Lock {
+    /// Acquires, waiting as long as it takes. Without a lease: the watchdog
+    /// renews the lock while the guard lives.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let guard = lock.lock().await?;     // renewed by the watchdog while held
+    /// // ... the critical section ...
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing held: an acquire request in flight
+    /// is completed in the background and released if it was granted. A
+    /// fair lock's waiter also leaves the queue: at once in the background
+    /// when no request is in flight, else once that request's reply came.
+    pub async fn lock(&self) -> Result<Guard> {
+        self.acquire_until_granted(None).await
+    }
+
+    /// Acquires, waiting as long as it takes, with a fixed lease (no
+    /// watchdog): the lock expires `lease` after it was granted unless
+    /// released before.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = lock.lock_with_lease(Duration::from_secs(10)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
+    /// [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<Guard> {
+        check_lease(lease)?;
+        self.acquire_until_granted(Some(lease)).await
+    }
+
+    async fn acquire_until_granted(&self, lease: Option<Duration>) -> Result<Guard> {
+        loop {
+            if let Some(guard) = self.acquire(None, lease).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One attempt, no waiting. `None` when someone else holds the lock.
+    /// Without a lease, so the watchdog renews it. A fair lock's attempt
+    /// does not join the queue (Redisson's `tryLock()`): it is granted only
+    /// when the lock is free and nobody queues ahead.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// match lock.try_lock().await? {
+    ///     Some(guard) => guard.unlock().await?,
+    ///     None => { /* someone else holds it */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn try_lock(&self) -> Result<Option<Guard>> {
+        self.acquire(Some(Duration::ZERO), None).await
+    }
+
+    /// Tries for at most `wait`; `lease` fixes the lease, `None` lets the
+    /// watchdog renew. `None` when the lock was not granted in time.
+    ///
+    /// Waiting is driven by the unlock message on the lock's channel; each
+    /// wait also ends after the holder's remaining TTL, so a lost message
+    /// costs at most one TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let wait = Duration::from_secs(2);
+    /// if let Some(guard) = lock.try_lock_for(wait, Some(Duration::from_secs(10))).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under [`MIN_LEASE`](crate::MIN_LEASE) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); otherwise as
+    /// [`Lock::lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::lock`].
+    pub async fn try_lock_for(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<Guard>> {
+        if let Some(lease) = lease {
+            check_lease(lease)?;
+        }
+        self.acquire(Some(wait), lease).await
+    }
+
+    /// Acquires (as [`Lock::lock`]: waiting as long as it takes, renewed by
+    /// the watchdog), runs `work` with the fencing token (`None` unless the
+    /// lock is fenced), releases, and returns what `work` returned.
+    ///
+    /// `work` is the hold's scope and runs as its owner: an acquire made
+    /// inside it through a handle without an owner of its own re-enters
+    /// the hold (code the critical section calls may lock again); a future
+    /// beside it, in the same task, does not, and waits. Acquires inside
+    /// `work` take each lock in turns: two joined inside it are siblings,
+    /// not nested in each other, so the second waits until the first's
+    /// guard is gone (see [`Owner`](crate::Owner)).
+    ///
+    /// If the lock can no longer be proven held before `work` finishes (the
+    /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
+    /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
+    /// means what dropping any future means: it stops at the await point it
+    /// was waiting at and never resumes, and what it already did stays done.
+    /// A request it had sent may still be applied, and a task it spawned
+    /// goes on. So pass the fencing token with every write the lock
+    /// protects, and let the resource refuse a token lower than one it has
+    /// seen.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let total = lock
+    ///     .run_locked(|token| async move {
+    ///         // ... read, compute, write with `token` ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`]; [`Error::LockLost`](crate::Error::LockLost) as
+    /// above; and the release's error, if the release fails after `work`
+    /// finished ([`Error::NotHeld`](crate::Error::NotHeld) when the lock ran
+    /// out just as it ended: then `work` cannot be known to have run under
+    /// the lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the
+    /// background.
+    pub async fn run_locked<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Option<u64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        crate::scoped::run_locked(self.lock(), self.name(), [self.scope_id()], work).await
+    }
+}
