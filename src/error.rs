@@ -191,17 +191,27 @@ impl Error {
         matches!(self, Error::NodeUnavailable { .. })
     }
 
-    /// True when trying again cannot help: bad input, or the server refused
-    /// the request for good (a wrong password, an ACL refusal, the lock's key
-    /// holding another type). Not for answers that pass: loading, a replica
-    /// mid-failover (`READONLY`), `TRYAGAIN`, `MASTERDOWN`.
+    /// True when trying again cannot help: bad input, or an answer of the
+    /// server that only a change of configuration or data mends:
+    ///
+    /// - a refused password (`WRONGPASS`, `NOAUTH`) or an ACL refusal
+    ///   (`NOPERM`);
+    /// - the lock's key holding another type (`WRONGTYPE`), or keys in
+    ///   different slots (`CROSSSLOT`);
+    /// - a plain `ERR` reply: an unknown or renamed command, a server that
+    ///   is not what the node says (a Cluster node's seed with cluster
+    ///   support off), a script error.
+    ///
+    /// Everything else passes: a node unavailable, and the server's
+    /// conditions (`BUSY` running a script, `OOM`, `MISCONF` after a failed
+    /// snapshot, `LOADING`, `READONLY` and `MASTERDOWN` in a failover,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`, the client limit reached).
+    /// A list of what is permanent, so that an answer not foreseen here is
+    /// waited out rather than ending a wait it might not end.
     pub fn is_permanent(&self) -> bool {
         match self {
             Error::InvalidArgument(_) => true,
-            Error::Redis { source, .. } => {
-                source.kind() == redis::ErrorKind::AuthenticationFailed
-                    || matches!(source.retry_method(), redis::RetryMethod::NoRetry)
-            }
+            Error::Redis { source, .. } => is_permanent_answer(source),
             Error::NoQuorum(q) => q.is_permanent(),
             _ => false,
         }
@@ -354,3 +364,41 @@ fn is_cluster_unsettled(err: &redis::RedisError) -> bool {
         )
     )
 }
+
+/// Whether the server's answer `err` is one no retry changes (see
+/// [`Error::is_permanent`]).
+fn is_permanent_answer(err: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match err.kind() {
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => true,
+        ErrorKind::Server(ServerErrorKind::NoPerm | ServerErrorKind::CrossSlot) => true,
+        // Redis before 7 wraps a script's refusal in `ERR Error running
+        // script ... -OOM ...`: the wrapped condition decides.
+        ErrorKind::Server(ServerErrorKind::ResponseError) => {
+            let detail = err.detail().unwrap_or_default();
+            !detail.contains("max number of clients")
+                && !TRANSIENT_CODES
+                    .iter()
+                    .any(|code| detail.contains(&format!("-{code} ")))
+        }
+        ErrorKind::Extension => matches!(
+            err.code(),
+            Some("WRONGTYPE" | "NOAUTH" | "WRONGPASS" | "NOPERM")
+        ),
+        _ => false,
+    }
+}
+
+/// Conditions a server answers with for a while, which a script of Redis
+/// before 7 reports inside an `ERR`.
+const TRANSIENT_CODES: &[&str] = &[
+    "BUSY",
+    "OOM",
+    "MISCONF",
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+];

@@ -229,6 +229,7 @@ impl Node {
         if !self.inner.health.is_suspect() {
             return Ok(());
         }
+        self.inner.health.keep_probed();
         // Failing at once must still yield now and then: a caller that
         // retries in a loop would otherwise starve its runtime (and the
         // probe that would end the suspicion).
@@ -387,6 +388,7 @@ impl Conn {
         match result {
             Ok(value) => {
                 self.node.inner.health.recovered();
+                self.node.inner.health.accepting();
                 Ok(value)
             }
             Err(err) => {

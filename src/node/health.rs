@@ -7,8 +7,9 @@
 //! refused, the node is *suspect*: requests to it fail at once, with nothing
 //! sent ([`Unavailable::Suspect`](crate::Unavailable::Suspect)), while one
 //! probe per node (a PING on a fresh connection, after 20 ms, then backing
-//! off to 2 s) decides when it answers again. Any request that does get an
-//! answer also clears the suspicion. Each change is logged once, at `warn`
+//! off to 2 s) decides when it answers again (a probe that ended with its
+//! runtime is started again by the next request on another). Any request
+//! that does get an answer also clears the suspicion. Each change is logged once, at `warn`
 //! when a node becomes suspect and `info` when it recovers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +57,15 @@ pub(crate) struct HealthState {
     /// `suspect_since.is_some()`, read on every request without the lock.
     suspect: AtomicBool,
     suspect_since: Mutex<Option<Instant>>,
+    /// Alive while a probe task runs: the task holds the strong half, and a
+    /// runtime that shuts down drops it with the task.
+    probe: Mutex<Weak<()>>,
+    /// `condition.is_some()`, read on every answer without the lock.
+    conditioned: AtomicBool,
+    /// The code of a condition the server refuses requests with for a
+    /// while (`BUSY`, `OOM`, `MISCONF`, `LOADING`, ...), since its first
+    /// such answer and until an answer without it.
+    condition: Mutex<Option<String>>,
 }
 
 impl HealthState {
@@ -72,6 +82,9 @@ impl HealthState {
             response_timeout,
             suspect: AtomicBool::new(false),
             suspect_since: Mutex::new(None),
+            probe: Mutex::new(Weak::new()),
+            conditioned: AtomicBool::new(false),
+            condition: Mutex::new(None),
         })
     }
 
@@ -111,12 +124,56 @@ impl HealthState {
                 tracing::debug!(node = %self.addr, "node suspect: a request is overdue; requests to it fail at once until it answers")
             }
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(Probe(Arc::downgrade(self)).run());
-            }
+        if tokio::runtime::Handle::try_current().is_err() {
             // No runtime to probe from: the next request tries the node.
-            Err(_) => self.recovered(),
+            self.recovered();
+            return;
+        }
+        self.keep_probed();
+    }
+
+    /// Starts a probe unless one runs: called on every request refused as
+    /// suspect, so a probe whose runtime shut down (a static `Node` shared
+    /// by several runtimes) is replaced by one on the caller's.
+    pub(crate) fn keep_probed(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut probe = self.probe.lock().unwrap();
+        if probe.strong_count() > 0 {
+            return;
+        }
+        let alive = Arc::new(());
+        *probe = Arc::downgrade(&alive);
+        runtime.spawn(Probe(Arc::downgrade(self)).run(alive));
+    }
+
+    /// The server refused a request with `code`, a condition that passes
+    /// (not [`crate::Error::is_permanent`]): logged at `warn` when it
+    /// begins or changes, not per request. The node is not suspect: it
+    /// answers, and the answer is its callers'.
+    pub(crate) fn refusing(&self, code: &str) {
+        let mut condition = self.condition.lock().unwrap();
+        if condition.as_deref() == Some(code) {
+            return;
+        }
+        *condition = Some(code.to_owned());
+        self.conditioned.store(true, Ordering::Relaxed);
+        tracing::warn!(node = %self.addr, condition = code, "the node refuses requests for now; waits go on through it");
+    }
+
+    /// A request got a reply that is no refusal: any condition is over.
+    pub(crate) fn accepting(&self) {
+        if !self.conditioned.load(Ordering::Relaxed) {
+            return;
+        }
+        let over = {
+            let mut condition = self.condition.lock().unwrap();
+            self.conditioned.store(false, Ordering::Relaxed);
+            condition.take()
+        };
+        if let Some(code) = over {
+            tracing::info!(node = %self.addr, condition = %code, "the node accepts requests again");
         }
     }
 
@@ -141,7 +198,9 @@ impl HealthState {
 struct Probe(Weak<HealthState>);
 
 impl Probe {
-    async fn run(self) {
+    /// Probes until the node answers or is gone; `_alive` tells the state
+    /// that a probe runs.
+    async fn run(self, _alive: Arc<()>) {
         let mut pause = FIRST_PROBE;
         // A Sentinel node's new primary is probed at once: the suspicion
         // was about the former one.

@@ -301,14 +301,20 @@ impl Node {
     }
 
     /// A request timed out or was refused: the node is suspect. (A broken
-    /// connection is not enough: the next one is usually fine.)
+    /// connection is not enough: the next one is usually fine.) A server
+    /// refusing requests for a while (`BUSY`, `OOM`, ...) is logged once.
     fn observe(&self, err: &Error) {
-        if let Error::NodeUnavailable {
-            reason: Unavailable::Timeout | Unavailable::Refused | Unavailable::NoPrimary,
-            ..
-        } = err
-        {
-            self.inner.health.suspect(health::Why::Failed);
+        match err {
+            Error::NodeUnavailable {
+                reason: Unavailable::Timeout | Unavailable::Refused | Unavailable::NoPrimary,
+                ..
+            } => self.inner.health.suspect(health::Why::Failed),
+            Error::Redis { source, .. } if !err.is_permanent() => {
+                if let Some(code) = source.code() {
+                    self.inner.health.refusing(code);
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -38,6 +38,7 @@ mod sentinel;
 mod sentinel_groups;
 #[cfg(all(feature = "sentinel", feature = "tls"))]
 mod sentinel_tls;
+mod transient;
 mod waiting;
 mod watchdog;
 mod wire;

@@ -505,3 +505,59 @@ async fn a_bounded_wait_ends_by_its_deadline_on_a_black_holed_node() {
         "{refused:?}"
     );
 }
+
+/// A node that went suspect under a runtime that then ended (a static
+/// `Node` shared by `#[tokio::test]`s, each on its own runtime) is probed
+/// again from the next runtime that uses it: its requests go through once
+/// its server answers. (On 88e8a7e the probe died with the first runtime,
+/// and every later request was refused as `Suspect`, for good.)
+#[test]
+fn a_suspicion_is_probed_again_on_the_next_runtime() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let mut server = first.block_on(server());
+    let node = node(&server);
+    let lock = client().lock(&node, "outlived").unwrap();
+    first.block_on(async {
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        server.kill().await.unwrap();
+        // The first request may meet the broken connection; the next is
+        // refused, which makes the node suspect.
+        eventually(
+            PATIENCE,
+            |health: &multilock::Health| format!("the server is down, the node {health:?}"),
+            || async {
+                let refused = lock.try_lock().await.unwrap_err();
+                assert!(refused.is_node_unavailable(), "{refused:?}");
+                match node.health() {
+                    multilock::Health::Healthy => Err(multilock::Health::Healthy),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .await;
+    });
+    drop(first);
+    runtime().block_on(async {
+        server.restart().await.unwrap();
+        eventually(
+            Duration::from_secs(10),
+            |err: &Error| format!("the node came back, its requests still fail: {err}"),
+            || async {
+                match lock.try_lock().await {
+                    Ok(guard) => {
+                        guard.expect("free").unlock().await.unwrap();
+                        Ok(())
+                    }
+                    Err(err) => Err(err),
+                }
+            },
+        )
+        .await;
+    });
+}
