@@ -146,6 +146,8 @@ impl NodeBuilder {
     /// feature), a zero pool size or number of shared connections, or a zero
     /// timeout or keepalive; for a Sentinel node also an empty master name,
     /// no sentinel URL, or TLS to the data nodes without the `tls` feature;
+    /// for a Cluster node no seed URL, or one naming a database other than
+    /// 0 (a Cluster has one);
     /// and the data-node settings (`username`, `password`, `database`,
     /// `tls`) on a URL node; a TLS root certificate that is not PEM.
     pub fn build(self) -> Result<Node> {

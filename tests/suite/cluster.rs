@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{RedisCluster, key_slot};
+use multilock::testkit::{RedisCluster, TestServer, key_slot};
 use multilock::{Error, Node, Owner, ShardedPubSub};
 
 use crate::common::*;
@@ -111,6 +111,65 @@ async fn a_name_whose_keys_span_slots_is_refused_when_built() {
         Node::cluster(Vec::<String>::new()).build().is_err(),
         "no seed"
     );
+}
+
+/// A Cluster node whose seed is a standalone server (cluster support off)
+/// is a mistake no wait mends: `lock()` and a long `try_lock_for` end at
+/// once with a permanent error naming the node, as on a plain node with the
+/// same mistake. (On 88e8a7e both kept retrying `NoShard` every 100 ms,
+/// forever.)
+#[tokio::test]
+async fn a_cluster_node_seeded_with_a_standalone_server_fails_for_good() {
+    let server = server().await;
+    let node = Node::cluster([server.url()])
+        .connect_timeout(NODE_TIMEOUT)
+        .response_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let lock = client().lock(&node, "misconfigured").unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+        .await
+        .expect("lock() ended its wait")
+        .unwrap_err();
+    assert!(err.is_permanent(), "{err:?}");
+    assert!(err.to_string().contains("cluster/"), "{err}");
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(10),
+        lock.try_lock_for(Duration::from_secs(60), None),
+    )
+    .await
+    .expect("try_lock_for() ended its 60 s wait");
+    assert!(
+        matches!(&bounded, Err(err) if err.is_permanent()),
+        "{bounded:?}"
+    );
+    let red = client().red_lock_on(&[node], "misconfigured").unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), red.lock())
+        .await
+        .expect("a RedLock's lock() ended its wait")
+        .unwrap_err();
+    assert!(err.is_permanent(), "{err:?}");
+}
+
+/// A Cluster has one database: a seed URL naming another is refused when
+/// the node is built (a shard would refuse its `SELECT` on every
+/// connection). (On 88e8a7e it was built, and `lock()` never returned.)
+#[test]
+fn a_cluster_seed_with_a_database_number_is_refused_when_built() {
+    let err = Node::cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001/2"])
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(msg) if msg.contains("database")),
+        "{err:?}"
+    );
+    let err = Node::cluster(["redis://:s3cret@127.0.0.1:7001/1"])
+        .build()
+        .unwrap_err();
+    assert!(!format!("{err} {err:?}").contains("s3cret"), "{err:?}");
+    for url in ["redis://127.0.0.1:7000/0", "redis://127.0.0.1:7000"] {
+        assert!(Node::cluster([url]).build().is_ok(), "{url}");
+    }
 }
 
 /// Holds on every shard, renewed by one client's watchdog: its batches go

@@ -292,7 +292,10 @@ impl ClusterMap {
     }
 
     /// Asks a known shard, then the seeds, for the slot map, and applies
-    /// the first answer.
+    /// the first answer. When none gives it: a permanent error if every
+    /// server that answered refused for good (a seed with cluster support
+    /// off, a wrong password: no wait mends it), else [`Unavailable::NoShard`]
+    /// (nobody answered, or the cluster is settling).
     pub(crate) async fn refresh(&self) -> Result<()> {
         let before = self.refreshes.load(Ordering::Acquire);
         let _refreshing = self.refreshing.lock().await;
@@ -300,6 +303,8 @@ impl ClusterMap {
             return Ok(()); // another caller's refresh just ended
         }
         let mut last_error = None;
+        let mut refused_for_good = None;
+        let mut answered_otherwise = false;
         for info in self.contact_points() {
             let asked = tokio::time::timeout(
                 self.settings.connect_timeout + self.settings.response_timeout,
@@ -312,12 +317,23 @@ impl ClusterMap {
                     self.refreshes.fetch_add(1, Ordering::AcqRel);
                     return Ok(());
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => last_error = Some(err),
+                Ok(Ok(_)) => answered_otherwise = true,
+                Ok(Err(err)) => {
+                    let classified = Error::from_redis(&self.name, err.clone());
+                    if classified.is_permanent() {
+                        refused_for_good = Some(classified);
+                    } else {
+                        answered_otherwise |= !classified.is_node_unavailable();
+                        last_error = Some(err);
+                    }
+                }
                 Err(_) => {}
             }
         }
-        Err(self.no_shard(last_error))
+        match refused_for_good {
+            Some(err) if !answered_otherwise => Err(err),
+            _ => Err(self.no_shard(last_error)),
+        }
     }
 
     /// `CLUSTER SLOTS` and the server's major version, from one node.
@@ -505,6 +521,15 @@ impl ClusterSource {
             .iter()
             .map(|url| super::connection_info(url))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(seed) = seeds
+            .iter()
+            .position(|info| info.redis_settings().db() != 0)
+        {
+            return Err(Error::invalid(format!(
+                "a Cluster has one database (0): seed {} names another",
+                super::redact_url(&self.seed_urls[seed])
+            )));
+        }
         let map = ClusterMap::new(seeds, self.sharded, settings);
         Ok((map.name().to_owned(), super::target::Target::Cluster(map)))
     }
