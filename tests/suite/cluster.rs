@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{RedisCluster, TestServer, key_slot};
+use multilock::testkit::{RedisCluster, RedisProcess, TestServer, key_slot};
 use multilock::{Error, Node, Owner, ShardedPubSub};
 
 use crate::common::*;
@@ -113,42 +113,49 @@ async fn a_name_whose_keys_span_slots_is_refused_when_built() {
     );
 }
 
-/// A Cluster node whose seed is a standalone server (cluster support off)
-/// is a mistake no wait mends: `lock()` and a long `try_lock_for` end at
-/// once with a permanent error naming the node, as on a plain node with the
-/// same mistake. (On 88e8a7e both kept retrying `NoShard` every 100 ms,
-/// forever.)
+/// A Cluster node whose seed is a standalone server (cluster support off),
+/// or refuses its password, is a mistake no wait mends: `lock()` and a
+/// long `try_lock_for` end at once with a permanent error naming the node,
+/// as on a plain node with the same mistake. (On 88e8a7e both kept
+/// retrying `NoShard` every 100 ms, forever.)
 #[tokio::test]
 async fn a_cluster_node_seeded_with_a_standalone_server_fails_for_good() {
     let server = server().await;
-    let node = Node::cluster([server.url()])
-        .connect_timeout(NODE_TIMEOUT)
-        .response_timeout(NODE_TIMEOUT)
-        .build()
+    let guarded = RedisProcess::start_with_args(|_| vec!["--requirepass".into(), "right".into()])
+        .await
         .unwrap();
-    let lock = client().lock(&node, "misconfigured").unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+    let wrong_password = format!("redis://:wrong@127.0.0.1:{}", guarded.port());
+    for seed in [server.url(), wrong_password] {
+        let node = Node::cluster([seed.clone()])
+            .connect_timeout(NODE_TIMEOUT)
+            .response_timeout(NODE_TIMEOUT)
+            .build()
+            .unwrap();
+        let lock = client().lock(&node, "misconfigured").unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(10), lock.lock())
+            .await
+            .unwrap_or_else(|_| panic!("{seed}: lock() ended its wait"))
+            .unwrap_err();
+        assert!(err.is_permanent(), "{seed}: {err:?}");
+        assert!(err.to_string().contains("cluster/"), "{err}");
+        assert!(!format!("{err} {err:?}").contains("wrong"), "{err:?}");
+        let bounded = tokio::time::timeout(
+            Duration::from_secs(10),
+            lock.try_lock_for(Duration::from_secs(60), None),
+        )
         .await
-        .expect("lock() ended its wait")
-        .unwrap_err();
-    assert!(err.is_permanent(), "{err:?}");
-    assert!(err.to_string().contains("cluster/"), "{err}");
-    let bounded = tokio::time::timeout(
-        Duration::from_secs(10),
-        lock.try_lock_for(Duration::from_secs(60), None),
-    )
-    .await
-    .expect("try_lock_for() ended its 60 s wait");
-    assert!(
-        matches!(&bounded, Err(err) if err.is_permanent()),
-        "{bounded:?}"
-    );
-    let red = client().red_lock_on(&[node], "misconfigured").unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), red.lock())
-        .await
-        .expect("a RedLock's lock() ended its wait")
-        .unwrap_err();
-    assert!(err.is_permanent(), "{err:?}");
+        .unwrap_or_else(|_| panic!("{seed}: try_lock_for() ended its 60 s wait"));
+        assert!(
+            matches!(&bounded, Err(err) if err.is_permanent()),
+            "{bounded:?}"
+        );
+        let red = client().red_lock_on(&[node], "misconfigured").unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(10), red.lock())
+            .await
+            .unwrap_or_else(|_| panic!("{seed}: a RedLock's lock() ended its wait"))
+            .unwrap_err();
+        assert!(err.is_permanent(), "{seed}: {err:?}");
+    }
 }
 
 /// A Cluster has one database: a seed URL naming another is refused when
