@@ -217,6 +217,25 @@ impl Error {
         }
     }
 
+    /// True for a server that refused the request untried and keeps its
+    /// data meanwhile: busy running a script (`BUSY`), out of memory
+    /// (`OOM`), refusing writes after a failed snapshot (`MISCONF`). Not a
+    /// server that is loading (`LOADING`: it restarted) or demoted
+    /// (`READONLY`): what it held may be gone.
+    pub(crate) fn is_refused_in_passing(&self) -> bool {
+        matches!(self.condition(), Some("BUSY" | "OOM" | "MISCONF"))
+    }
+
+    /// The code of a passing condition the server answered with (`BUSY`,
+    /// `OOM`, `LOADING`, ...), also when a script of Redis before 7
+    /// wrapped it in an `ERR`.
+    pub(crate) fn condition(&self) -> Option<&'static str> {
+        match self {
+            Error::Redis { source, .. } => condition_of(source),
+            _ => None,
+        }
+    }
+
     /// True when a request may have been applied although no reply came back
     /// (a timeout or a broken connection): a rollback must cover that node.
     pub(crate) fn outcome_unknown(&self) -> bool {
@@ -375,11 +394,10 @@ fn is_permanent_answer(err: &redis::RedisError) -> bool {
         // Redis before 7 wraps a script's refusal in `ERR Error running
         // script ... -OOM ...`: the wrapped condition decides.
         ErrorKind::Server(ServerErrorKind::ResponseError) => {
-            let detail = err.detail().unwrap_or_default();
-            !detail.contains("max number of clients")
-                && !TRANSIENT_CODES
-                    .iter()
-                    .any(|code| detail.contains(&format!("-{code} ")))
+            !err.detail()
+                .unwrap_or_default()
+                .contains("max number of clients")
+                && condition_of(err).is_none()
         }
         ErrorKind::Extension => matches!(
             err.code(),
@@ -389,9 +407,26 @@ fn is_permanent_answer(err: &redis::RedisError) -> bool {
     }
 }
 
-/// Conditions a server answers with for a while, which a script of Redis
-/// before 7 reports inside an `ERR`.
-const TRANSIENT_CODES: &[&str] = &[
+/// The passing condition `err` reports, if any: its code, or the code a
+/// script of Redis before 7 wrapped in an `ERR`.
+fn condition_of(err: &redis::RedisError) -> Option<&'static str> {
+    let code = err.code()?;
+    if let Some(known) = CONDITIONS.iter().find(|c| **c == code) {
+        return Some(known);
+    }
+    let detail = err.detail().unwrap_or_default();
+    (code == "ERR")
+        .then(|| {
+            CONDITIONS
+                .iter()
+                .find(|c| detail.contains(&format!("-{c} ")))
+        })
+        .flatten()
+        .copied()
+}
+
+/// Conditions a server answers with for a while.
+const CONDITIONS: &[&str] = &[
     "BUSY",
     "OOM",
     "MISCONF",
@@ -402,3 +437,72 @@ const TRANSIENT_CODES: &[&str] = &[
     "TRYAGAIN",
     "CLUSTERDOWN",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error redis-rs makes of the server's error reply `line`.
+    fn answer(line: &str) -> Error {
+        let reply = redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap();
+        Error::Redis {
+            node: "127.0.0.1:6379".into(),
+            source: reply.extract_error().unwrap_err(),
+        }
+    }
+
+    /// What ends a wait is a list; everything else, the unforeseen too,
+    /// passes. A condition a script of Redis 6 wrapped in `ERR` passes.
+    #[test]
+    fn only_the_listed_answers_are_permanent() {
+        let permanent = [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOPERM User app has no permissions to run the 'evalsha' command",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "ERR This instance has cluster support disabled",
+            "ERR unknown command 'EVALSHA'",
+        ];
+        for line in permanent {
+            assert!(answer(line).is_permanent(), "{line}");
+        }
+        let passing = [
+            "BUSY Redis is busy running a script.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "MISCONF Redis is configured to save RDB snapshots",
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down",
+            "NOSCRIPT No matching script.",
+            "ERR max number of clients reached",
+            "ERR Error running script (call to f_1): @user_script:1: -OOM command not allowed when used memory > 'maxmemory'.",
+            "SOMETHINGNEW a condition of a later Redis",
+        ];
+        for line in passing {
+            assert!(!answer(line).is_permanent(), "{line}");
+        }
+        assert!(Error::invalid("x").is_permanent());
+    }
+
+    /// Only a server that ran nothing and keeps its data leaves a hold's
+    /// proof standing.
+    #[test]
+    fn refusals_in_passing_are_busy_oom_and_misconf() {
+        for line in [
+            "BUSY Redis is busy running a script.",
+            "OOM command not allowed",
+            "MISCONF Redis is configured to save RDB snapshots",
+            "ERR Error running script (call to f_1): @user_script:1: -OOM command not allowed",
+        ] {
+            assert!(answer(line).is_refused_in_passing(), "{line}");
+        }
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "ERR unknown command",
+        ] {
+            assert!(!answer(line).is_refused_in_passing(), "{line}");
+        }
+    }
+}

@@ -309,8 +309,8 @@ impl Node {
                 reason: Unavailable::Timeout | Unavailable::Refused | Unavailable::NoPrimary,
                 ..
             } => self.inner.health.suspect(health::Why::Failed),
-            Error::Redis { source, .. } if !err.is_permanent() => {
-                if let Some(code) = source.code() {
+            Error::Redis { .. } => {
+                if let Some(code) = err.condition() {
                     self.inner.health.refusing(code);
                 }
             }

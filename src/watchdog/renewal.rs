@@ -94,6 +94,13 @@ impl NodeWatchdog {
                         }
                     }
                 }
+                // Refused untried by a server that keeps its data: the
+                // holds stand on what their last renewal proved, and a
+                // later one carries them on (their proof lapses on its own
+                // if none lands in time).
+                Err(err) if err.is_refused_in_passing() => {
+                    tracing::debug!(error = %err, "renewal refused for now; the holds stand on their last proof");
+                }
                 Err(err) => {
                     tracing::debug!(error = %err, "renewal failed; the holds there are unproven");
                     let entries = self.entries.lock().unwrap();

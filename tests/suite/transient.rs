@@ -109,7 +109,7 @@ impl Condition {
         .await;
     }
 
-    /// Takes `server` out of the condition.
+    /// Takes `server` out of the condition; returns once it takes writes.
     async fn lift(self, server: &RedisProcess) {
         let url = server.url();
         let undo = match self {
@@ -126,6 +126,18 @@ impl Condition {
                 .clone(),
         };
         run::<()>(&url, &undo).await.unwrap();
+        // A killed script ends at its next check, a moment later.
+        eventually(
+            PATIENCE,
+            |reply: &String| format!("{url} still refuses writes: {reply}"),
+            || async {
+                match run::<()>(&url, redis::cmd("SET").arg("probe").arg(1)).await {
+                    Ok(()) => Ok(()),
+                    Err(err) => Err(err.to_string()),
+                }
+            },
+        )
+        .await;
     }
 }
 
@@ -210,4 +222,62 @@ async fn a_red_lock_waits_through_nodes_out_of_memory() {
 #[tokio::test]
 async fn a_red_lock_waits_through_nodes_refusing_writes_after_a_failed_snapshot() {
     a_red_lock_waits_through(Condition::Misconf).await;
+}
+
+/// A renewal that a busy server refuses (it ran nothing, its data is
+/// intact) proves nothing, but disproves nothing either: the hold stays
+/// valid for what its last renewal proved, and the next renewal that lands
+/// carries it on. With a 6 s watchdog (renewals every 2 s), the server is
+/// busy from just after one renewal until 3 s later: the next is refused,
+/// the one after lands, 2 s before the hold's TTL would run out. (On
+/// dadb99c the refused renewal broke the guard for good: `lost()` fired
+/// while the key was held.)
+#[tokio::test]
+async fn a_renewal_refused_by_a_busy_server_does_not_lose_the_hold() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client_with_watchdog(Duration::from_secs(6))
+        .lock(&node, "busy-renewal")
+        .unwrap();
+    let guard = lock.lock().await.unwrap();
+    let url = server.url();
+    let renewals = |since: u64| {
+        let url = url.clone();
+        async move {
+            let calls = script_calls(&url).await - since;
+            if calls >= 1 { Ok(()) } else { Err(calls) }
+        }
+    };
+    let said = |calls: &u64| format!("{calls} script calls (renewals) so far");
+    let before = script_calls(&url).await;
+    eventually(Duration::from_secs(5), said, || renewals(before)).await;
+    Condition::Busy.impose(&server).await;
+    let busy_spell = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
+    Condition::Busy.lift(&server).await;
+    assert!(
+        busy_spell.is_err(),
+        "lost() fired while the server was busy"
+    );
+    let refusals: String = run(&url, redis::cmd("INFO").arg("errorstats"))
+        .await
+        .unwrap();
+    assert!(
+        refusals.contains("errorstat_BUSY"),
+        "no request was refused as BUSY: the test proves nothing"
+    );
+    let after = script_calls(&url).await;
+    eventually(Duration::from_secs(5), said, || renewals(after)).await;
+    assert!(
+        guard
+            .valid_until()
+            .is_some_and(|until| until > std::time::Instant::now()),
+        "the guard claims no validity"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .is_err(),
+        "lost() fired after the server accepted renewals again"
+    );
+    guard.unlock().await.unwrap();
 }
