@@ -454,8 +454,11 @@ impl Guard {
     /// renewal period (a third of the watchdog timeout) once renewals are
     /// refused or time out on too many nodes, at once when a renewal finds
     /// the key gone, and when a fixed lease runs out. A node that answers
-    /// slowly, within its response timeout, proves its hold. Late grants
-    /// the guard adopted count from their arrival.
+    /// slowly, within its response timeout, proves its hold. A renewal
+    /// that a server refused untried while keeping its data (`BUSY`, `OOM`,
+    /// `MISCONF`) breaks nothing: the hold stands on its last proof until
+    /// that runs out or a later renewal lands. Late grants the guard
+    /// adopted count from their arrival.
     ///
     /// A proof that broke stays broken, and a lost guard stays lost: a
     /// renewal that gets through after a pause (of this process, or of the

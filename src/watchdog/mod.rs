@@ -170,7 +170,8 @@ impl Entry {
         });
     }
 
-    /// The hold could not be proven (a renewal refused or timed out):
+    /// The hold could not be proven (a renewal refused by an error other
+    /// than a refusal in passing, or timed out):
     /// every hold in the entry now is broken for good.
     fn mark_unproven(&self) {
         self.standing.send_if_modified(|s| {
