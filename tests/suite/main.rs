@@ -13,6 +13,8 @@ mod cluster;
 mod cluster_failover;
 #[cfg(feature = "cluster")]
 mod cluster_groups;
+#[cfg(feature = "cluster")]
+mod cluster_migration;
 #[cfg(all(feature = "cluster", feature = "tls"))]
 mod cluster_tls;
 mod connections;
