@@ -1,14 +1,17 @@
 //! A Cluster node (`Node::cluster`) while a slot of its locks migrates
 //! (held midway, so the source answers `ASK` and the target `TRYAGAIN`):
 //! a lock the watchdog renews stays held while its key moves (`ASK`
-//! followed), and a free lock of a migrating slot is granted once the
-//! migration ends.
+//! followed), a free lock of a migrating slot is granted once the
+//! migration ends, and a hold of any kind let go of meanwhile (unlocked,
+//! or its guard dropped) is released once it ends.
 
 use std::time::Duration;
 
+use futures::future::join_all;
 use multilock::testkit::key_slot;
+use multilock::{Client, Lock, Node};
 
-use crate::cluster::{cluster, cluster_node};
+use crate::cluster::{NODE_TIMEOUT, cluster, cluster_node};
 use crate::cluster_failover::owned;
 use crate::common::*;
 
@@ -134,6 +137,132 @@ async fn a_free_lock_of_a_migrating_slot_is_granted_once_the_migration_ends() {
     assert!(exists(&target, free).await, "granted on the target");
     granted.unlock().await.unwrap();
     assert!(!exists(&target, free).await, "released on the target");
+}
+
+/// How long the rivals of the release tests wait for the lock: long
+/// enough for a release retried once the migration ended, far shorter
+/// than the holds' lease ([`LONG_LEASE`]), which would free it too.
+const RIVAL_WAIT: Duration = Duration::from_secs(10);
+
+/// How a holder lets go of its holds in the release tests.
+#[derive(Debug, Clone, Copy)]
+enum LetGo {
+    Unlock,
+    Drop,
+}
+
+/// An unlock of a hold of each kind while its slot migrates for longer
+/// than the node's response timeout is applied once the migration ended:
+/// a rival is granted long before the holds' lease would free the locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_during_a_slot_migration_is_applied() {
+    a_release_during_a_slot_migration("{unlocked}", LetGo::Unlock).await;
+}
+
+/// The same for guards dropped while the slot migrates: their releases,
+/// which go on in the background, are applied once the migration ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_during_a_slot_migration_is_released() {
+    a_release_during_a_slot_migration("{dropped}", LetGo::Drop).await;
+}
+
+/// Holds of every kind in the slot of `tag`, taken with a long lease, are
+/// let go of once their keys moved to the target of a migration of that
+/// slot, which lasts longer than the node's response timeout. Each release
+/// declares keys that do not exist (the lock's channel, its latch), so the
+/// source answers `ASK` and the target `TRYAGAIN` until the migration
+/// ends: not applied, whoever waits for it. Once the slot has moved, a
+/// rival of each lock is granted within [`RIVAL_WAIT`].
+async fn a_release_during_a_slot_migration(tag: &str, let_go: LetGo) {
+    let cluster = cluster().await;
+    let (node, rival_node) = (cluster_node(&cluster), cluster_node(&cluster));
+    let (client, rival_client) = (long_lease_client(), long_lease_client());
+    let slot = key_slot(tag);
+    let to = (cluster.primary_for_slot(slot).await.unwrap() + 1) % 3;
+    let target = cluster.nodes()[to].url();
+    let mut guards = Vec::new();
+    for (_, lock) in every_kind(&client, &node, tag, false) {
+        guards.push(lock.lock_with_lease(LONG_LEASE).await.unwrap());
+    }
+
+    let migration = cluster.begin_slot_migration(slot, to).await.unwrap();
+    let moved = migration.move_keys(&cluster).await.unwrap();
+    assert!(moved >= guards.len(), "the holds moved: {moved} keys");
+    let refused_before = rejected_scripts(&target).await;
+    let let_go_at = std::time::Instant::now();
+    let unlocks = match let_go {
+        LetGo::Unlock => Some(tokio::spawn(join_all(
+            guards.into_iter().map(|g| g.unlock()),
+        ))),
+        LetGo::Drop => {
+            drop(guards);
+            None
+        }
+    };
+    // The releases reached the target, which refused them untried, and
+    // the migration outlasts their response timeout.
+    let outlasted = 2 * NODE_TIMEOUT;
+    eventually(
+        outlasted + PATIENCE,
+        |n: &u64| format!("{let_go:?}: {n} scripts refused by the target"),
+        || async {
+            let refused = rejected_scripts(&target).await - refused_before;
+            match refused > 0 && let_go_at.elapsed() > outlasted {
+                true => Ok(()),
+                false => Err(refused),
+            }
+        },
+    )
+    .await;
+    if let Some(unlocks) = unlocks {
+        let unlocked = tokio::time::timeout(PATIENCE, unlocks).await;
+        let unlocked = unlocked.expect("the unlocks returned").unwrap();
+        tracing::info!(?unlocked, "unlocked while the slot migrated");
+    }
+    migration.finish(&cluster).await.unwrap();
+
+    let rivals = every_kind(&rival_client, &rival_node, tag, true);
+    let granted = join_all(rivals.iter().map(|(kind, lock)| async move {
+        (*kind, lock.try_lock_for(RIVAL_WAIT, Some(LONG_LEASE)).await)
+    }))
+    .await;
+    let mut lost = Vec::new();
+    for (kind, outcome) in granted {
+        match outcome {
+            Ok(Some(guard)) => guard.unlock().await.unwrap(),
+            other => lost.push(format!("{kind}: {other:?}")),
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{let_go:?}: rivals not granted within {RIVAL_WAIT:?}, the releases during the \
+         migration lost, the holds left to their lease: {lost:?}"
+    );
+}
+
+/// A lock of each kind in the slot of `tag`, as a holder takes it, or
+/// (`rival`) as one that the holder's hold keeps out: a reader's rival is
+/// a writer.
+fn every_kind(client: &Client, node: &Node, tag: &str, rival: bool) -> Vec<(&'static str, Lock)> {
+    let rw = |kind: &str| {
+        client
+            .read_write_lock(node, format!("{tag}.{kind}"))
+            .unwrap()
+    };
+    let reader = rw("read");
+    let reader = if rival { reader.write() } else { reader.read() };
+    vec![
+        (
+            "reentrant",
+            client.lock(node, format!("{tag}.reentrant")).unwrap(),
+        ),
+        (
+            "fair",
+            client.fair_lock(node, format!("{tag}.fair")).unwrap(),
+        ),
+        ("read", reader.clone()),
+        ("write", rw("write").write().clone()),
+    ]
 }
 
 /// Script calls (`EVALSHA`) the server at `url` rejected before running
