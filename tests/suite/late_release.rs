@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{Delay, Direction, TcpProxy, TestServer, poll_until};
+use multilock::testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer, poll_until};
 use multilock::{Node, Owner};
 
 /// A release whose node was down is sent again in the background once the
@@ -97,6 +97,85 @@ async fn a_red_lock_part_retried_after_a_restart_never_releases_the_next_hold() 
         );
         again.unlock().await.unwrap();
     }
+}
+
+/// A node restarted from its dump answers `LOADING` to every script until
+/// it has loaded it: a passing refusal, nothing applied. A release sent
+/// then (its first reply), and one retried in the background since it
+/// found the node down (its retry's reply), go on until the node has
+/// loaded: rivals are granted long before the holds' lease (a minute)
+/// would free the locks.
+#[tokio::test]
+async fn releases_refused_while_the_node_loads_are_applied_once_it_has() {
+    /// Keys in the dump besides the holds: 1 ms each to load, about 5 s.
+    const FILLER: u32 = 5_000;
+    const RIVAL_WAIT: Duration = Duration::from_secs(10);
+    let mut server = RedisProcess::start_with_args(|_| {
+        // Slowly, and answering clients meanwhile (every 1 KB read).
+        let slow = ["--key-load-delay", "1000"];
+        let answering = ["--loading-process-events-interval-bytes", "1024"];
+        slow.into_iter()
+            .chain(answering)
+            .map(String::from)
+            .collect()
+    })
+    .await
+    .unwrap();
+    let url = server.url();
+    let node = node(&server);
+    let names = ["sent-while-down", "sent-while-loading"];
+    let client = long_lease_client();
+    let mut guards = Vec::new();
+    for name in names {
+        let lock = client.lock(&node, name).unwrap();
+        guards.push(lock.lock_with_lease(LONG_LEASE).await.unwrap());
+    }
+    let fill = "for i = 1, ARGV[1] do redis.call('set', 'filler:' .. i, i) end";
+    run::<()>(&url, redis::cmd("EVAL").arg(fill).arg(0).arg(FILLER))
+        .await
+        .unwrap();
+    run::<()>(&url, &redis::cmd("SAVE")).await.unwrap();
+
+    server.kill().await.unwrap();
+    let (while_down, while_loading) = (guards.remove(0), guards.remove(0));
+    let err = while_down.unlock().await.unwrap_err();
+    assert!(err.is_node_unavailable(), "{err:?}");
+    server.restart().await.unwrap();
+    let err = while_loading.unlock().await.unwrap_err();
+    assert!(
+        format!("{err:?}").contains("BusyLoading"),
+        "refused while loading: {err:?}"
+    );
+    let refused_at = Instant::now();
+    poll_until(
+        PATIENCE + Duration::from_secs(10),
+        || "the node never finished loading".to_owned(),
+        || async { run::<String>(&url, &redis::cmd("PING")).await.ok() },
+    )
+    .await
+    .unwrap();
+    // Background retries are at most 2 s apart: the one of the release
+    // sent while the node was down met the loading too.
+    assert!(
+        refused_at.elapsed() > Duration::from_secs(3),
+        "loaded {:?} after the refusal: too soon to show anything",
+        refused_at.elapsed()
+    );
+
+    let rival = long_lease_client();
+    let mut lost = Vec::new();
+    for name in names {
+        let lock = rival.lock(&node, name).unwrap();
+        match lock.try_lock_for(RIVAL_WAIT, Some(LONG_LEASE)).await {
+            Ok(Some(guard)) => guard.unlock().await.unwrap(),
+            other => lost.push(format!("{name}: {other:?}")),
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "rivals not granted within {RIVAL_WAIT:?}, the releases lost, the holds \
+         left to their lease: {lost:?}"
+    );
 }
 
 /// Waits until the background release has run on the restarted server at
