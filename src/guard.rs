@@ -260,8 +260,12 @@ impl Guard {
     /// (for a multi-node lock: when so many of its nodes said the hold was
     /// gone that the nodes left, released or unconfirmed, are fewer than a
     /// quorum: it was not held on a quorum at the end);
-    /// [`Error::NodeUnavailable`] when the node could not be reached (a
-    /// retried release is idempotent: it returns the first result); for a
+    /// [`Error::NodeUnavailable`] when the node could not be reached, or
+    /// a Cluster node's slot was migrating (a retried release is
+    /// idempotent: it returns the first result), or [`Error::Redis`] for the
+    /// server's refusal: unless that refusal is permanent
+    /// ([`Error::is_permanent`]), the release goes on in the background
+    /// until the node answers it, for at most a minute; for a
     /// multi-node lock, [`Error::NoQuorum`] when fewer than a quorum
     /// confirmed the release and node failures leave it open whether the
     /// lock was held on a quorum, naming every node: what it answered, and

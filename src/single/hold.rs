@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Lock;
-use crate::error::{Error, Result, Unavailable};
+use crate::error::{Error, Result};
 use crate::finish_on_drop::{FinishOnDrop, KeepWhileAbandoned};
 use crate::metrics;
-use crate::node::Conn;
+use crate::node::{Conn, next_switch};
 use crate::protocol::{self, Call, Released};
 use crate::timing;
 use crate::watchdog::{PendingRollback, Record, Registration};
@@ -221,12 +221,16 @@ impl Drop for HeldPart {
     }
 }
 
-/// Sends a release whose reply never came (or that could not be sent) once
-/// more, and waits for the answer as long as the window allows: on the
-/// release's own connection when it has one, so the retry runs right behind
-/// the original (the hold's latch makes it answer with the original's
-/// result), one request at a time, never a pile on a frozen node. Without a
-/// usable connection it waits for the node to come back.
+/// Sends a release that was not applied, or whose reply never came, again
+/// until the server answers it, as long as the window allows: a node that
+/// was down or unreachable, a Cluster slot migrating or without a primary
+/// (`NoShard`), a server's transient refusal (`LOADING`, `BUSY`, ...).
+/// The first try runs on the release's own connection when it has one (a
+/// reply that never came), so it runs right behind the original (the
+/// hold's latch makes it answer with the original's result), one request at
+/// a time, never a pile on a frozen node; later ones on a fresh connection
+/// once the node answers again, after a backoff that a failover or a slot
+/// changing hands cuts short. Only a permanent refusal ends it early.
 ///
 /// `_pending` holds back the owner's next request of this field on this node
 /// until the retry is answered, or given up and buried (`Lock::bury`): a
@@ -243,6 +247,9 @@ async fn finish_release(
 ) {
     let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
     let mut backoff = Duration::from_millis(50);
+    let mut moves = lock.node().moves();
+    // What the last try met, logged once per change, not per try.
+    let mut failing = None;
     loop {
         let left = give_up_at.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -260,25 +267,25 @@ async fn finish_release(
                 tracing::debug!(lock = %lock.name(), ?released, "a release retried in the background went through");
                 return;
             }
-            Err(Error::NodeUnavailable {
-                reason:
-                    Unavailable::Disconnected
-                    | Unavailable::Refused
-                    | Unavailable::Suspect
-                    | Unavailable::NoPrimary
-                    | Unavailable::NoShard,
-                ..
-            }) => {
-                // The connection broke, or none could be had: try a fresh
-                // one once the node answers again.
-                conn = None;
-                tokio::time::sleep(backoff.min(left)).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            Err(Error::NodeUnavailable { .. }) => break,
-            Err(err) => {
-                tracing::warn!(lock = %lock.name(), error = %err, "a release retried in the background failed");
+            Err(err) if err.is_permanent() => {
+                tracing::warn!(lock = %lock.name(), error = %err, "a release retried in the background was refused; the lock ends with its lease");
                 return;
+            }
+            Err(err) => {
+                let seen = err.to_string();
+                if failing.as_ref() != Some(&seen) {
+                    tracing::debug!(lock = %lock.name(), error = %seen, "a release retried in the background failed; trying again");
+                    failing = Some(seen);
+                }
+                // Answered (or broken, or out of patience): nothing of
+                // this try is left to queue behind, so the next one takes
+                // the connection the node gives then.
+                conn = None;
+                tokio::select! {
+                    () = tokio::time::sleep(backoff.min(left)) => {}
+                    () = next_switch(&mut moves) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
@@ -304,8 +311,12 @@ impl Lock {
     /// the reply timed out before the reload) is sent again on the same
     /// connection, so the retry runs right behind the original: the hold's
     /// unlock latch makes it answer with the original's result if that ran.
-    /// The caller waits for one retry; more go on in the background until
-    /// the node answers, within [`timing::ROLLBACK_WINDOW`].
+    /// The caller waits for one retry. Whatever is still not answered then,
+    /// or was not applied for a passing reason (nothing sent, the node
+    /// refused, a Cluster slot migrating: `NoShard`), goes on in the
+    /// background until the node answers, within
+    /// [`timing::ROLLBACK_WINDOW`]: the caller's guard is spent, so nobody
+    /// else can send it again. Only a permanent refusal is left alone.
     async fn release_hold(&self, field: &str, hold_id: &str) -> Result<Released> {
         let latch = self.keys().unlock_latch(hold_id);
         // Resent as it is: its latch makes a resend answer with the first
@@ -320,36 +331,41 @@ impl Lock {
                 Err(err) => {
                     // Nothing sent (the node is suspect, or refused): it is
                     // sent once the node is back, within the window.
-                    self.finish_release_later(field, None, release, latch, sent_at);
+                    if !err.is_permanent() {
+                        self.finish_release_later(field, None, release, latch, sent_at);
+                    }
                     return Err(err);
                 }
             };
-            let reply = match conn.run(&release).await {
-                Err(err) if err.outcome_unknown() => conn.run(&release).await,
-                reply => {
-                    // Answered at the first try: nothing can resend it, so
-                    // its latch has served. After a retry the first send
-                    // might still be on its way (a frozen node): that latch
-                    // is left to expire.
-                    if reply.is_ok() {
-                        self.node().spend_latch(latch);
-                    }
-                    return reply;
-                }
+            let first = conn.run(&release).await;
+            let resent = matches!(&first, Err(err) if err.outcome_unknown());
+            let reply = match resent {
+                true => conn.run(&release).await,
+                false => first,
             };
-            if let Err(err) = &reply
-                && err.outcome_unknown()
-            {
-                self.finish_release_later(field, Some(conn), release, latch, sent_at);
+            match &reply {
+                // Answered at the first try: nothing can resend it, so its
+                // latch has served. After a retry the first send might
+                // still be on its way (a frozen node): that latch is left
+                // to expire.
+                Ok(_) if !resent => self.node().spend_latch(latch),
+                Ok(_) => {}
+                Err(err) if err.is_permanent() => {}
+                // Possibly in flight still: the next try queues behind it.
+                Err(err) if err.outcome_unknown() => {
+                    self.finish_release_later(field, Some(conn), release, latch, sent_at);
+                }
+                // Not applied: nothing of it is in flight.
+                Err(_) => self.finish_release_later(field, None, release, latch, sent_at),
             }
             reply
         })
         .await
     }
 
-    /// Hands a release whose outcome is not known to [`finish_release`].
-    /// The marker is made here, before the task runs, so no request of the
-    /// owner can slip in between.
+    /// Hands a release that was not answered, or not applied, to
+    /// [`finish_release`]. The marker is made here, before the task runs,
+    /// so no request of the owner can slip in between.
     fn finish_release_later(
         &self,
         field: &str,
