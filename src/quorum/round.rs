@@ -527,7 +527,9 @@ impl LostRound {
     /// Releases every grant at once, waiting at most `patience` (the
     /// per-node timeout) so a stalled node cannot stretch the caller's wait;
     /// releases still under way then finish in the background. Failures are
-    /// logged (each part's lease bounds the damage).
+    /// logged; a release that was not applied goes on in the background
+    /// too (see `HeldPart::release`), and each part's lease bounds the
+    /// damage of one given up.
     async fn released(
         parts: Vec<(usize, HeldPart)>,
         failures: Vec<NodeFailure>,

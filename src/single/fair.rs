@@ -84,7 +84,8 @@ impl Lock {
 
     /// [`Lock::give_up`], in the background: tried again with backoff while
     /// the node fails, for as long as the entry could keep its turn (after
-    /// that the queue drops it as stale anyway).
+    /// that the queue drops it as stale anyway). A permanent refusal ends it
+    /// at once: no retry can mend it.
     pub(super) fn give_up_later(&self, field: Arc<str>) {
         let Some(queue) = self.queue() else {
             return;
@@ -93,11 +94,20 @@ impl Lock {
         let lock = self.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(50);
+            // What the last try met, logged once per change, not per try.
+            let mut failing = None;
             loop {
                 match lock.give_up(&field).await {
                     Ok(_) => return,
-                    Err(err) if tokio::time::Instant::now() + backoff < give_up_by => {
-                        tracing::debug!(lock = %lock.name(), error = %err, "leaving the fair queue failed; retrying");
+                    Err(err)
+                        if !err.is_permanent()
+                            && tokio::time::Instant::now() + backoff < give_up_by =>
+                    {
+                        let seen = err.to_string();
+                        if failing.as_ref() != Some(&seen) {
+                            tracing::debug!(lock = %lock.name(), error = %seen, "leaving the fair queue failed; retrying");
+                            failing = Some(seen);
+                        }
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(2));
                     }

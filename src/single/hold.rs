@@ -67,7 +67,8 @@ impl HeldPart {
 
     /// Releases this part: stops its renewal first, waits out a renewal call
     /// under way, then sends the release. Finishes in the background if the
-    /// returned future is dropped.
+    /// returned future is dropped; a release that was not applied, or not
+    /// answered, goes on there too (see `Lock::release_hold`).
     pub(crate) fn release(
         mut self,
     ) -> FinishOnDrop<impl Future<Output = Result<Released>>, impl KeepWhileAbandoned> {
@@ -351,12 +352,14 @@ impl Lock {
                 Ok(_) if !resent => self.node().spend_latch(latch),
                 Ok(_) => {}
                 Err(err) if err.is_permanent() => {}
-                // Possibly in flight still: the next try queues behind it.
-                Err(err) if err.outcome_unknown() => {
-                    self.finish_release_later(field, Some(conn), release, latch, sent_at);
+                Err(err) => {
+                    // A send whose reply never came may be in flight still:
+                    // the next try queues behind it on its connection.
+                    // Otherwise nothing of it is, and any connection serves.
+                    let in_flight = resent || err.outcome_unknown();
+                    let conn = in_flight.then_some(conn);
+                    self.finish_release_later(field, conn, release, latch, sent_at);
                 }
-                // Not applied: nothing of it is in flight.
-                Err(_) => self.finish_release_later(field, None, release, latch, sent_at),
             }
             reply
         })
