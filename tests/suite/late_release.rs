@@ -131,10 +131,15 @@ async fn releases_refused_while_the_node_loads_are_applied_once_it_has() {
         guards.push(lock.lock_with_lease(LONG_LEASE).await.unwrap());
     }
     let fill = "for i = 1, ARGV[1] do redis.call('set', 'filler:' .. i, i) end";
-    run::<()>(&url, redis::cmd("EVAL").arg(fill).arg(0).arg(FILLER))
+    let mut saving = redis::pipe();
+    saving.cmd("EVAL").arg(fill).arg(0).arg(FILLER).ignore();
+    saving.cmd("SAVE").ignore();
+    // Not `run`'s 2 s: a busy disk can take longer to sync the dump.
+    let mut conn = raw(&url).await;
+    tokio::time::timeout(PATIENCE * 4, saving.query_async::<()>(&mut conn))
         .await
+        .expect("saved in time")
         .unwrap();
-    run::<()>(&url, &redis::cmd("SAVE")).await.unwrap();
 
     server.kill().await.unwrap();
     let (while_down, while_loading) = (guards.remove(0), guards.remove(0));
