@@ -5,8 +5,8 @@
 //! `SSUBSCRIBE` / `SPUBLISH` on `redisson_lock__channel:{name}`), and
 //! `lost()` when a failover loses the hold (the replica never got it).
 //!
-//! The Sentinel equivalents are `sentinel_groups.rs`; failovers and slot
-//! migrations under held locks are `cluster_failover.rs`.
+//! The Sentinel equivalents are `sentinel_groups.rs`; failovers under held
+//! locks are `cluster_failover.rs`, slot migrations `cluster_migration.rs`.
 
 use std::time::{Duration, Instant};
 
