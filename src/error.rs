@@ -387,41 +387,57 @@ fn is_cluster_unsettled(err: &redis::RedisError) -> bool {
 /// Whether the server's answer `err` is one no retry changes (see
 /// [`Error::is_permanent`]).
 fn is_permanent_answer(err: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    match err.kind() {
-        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig => true,
-        ErrorKind::Server(ServerErrorKind::NoPerm | ServerErrorKind::CrossSlot) => true,
-        // Redis before 7 wraps a script's refusal in `ERR Error running
-        // script ... -OOM ...`: the wrapped condition decides.
-        ErrorKind::Server(ServerErrorKind::ResponseError) => {
-            !err.detail()
-                .unwrap_or_default()
-                .contains("max number of clients")
-                && condition_of(err).is_none()
-        }
-        ErrorKind::Extension => matches!(
-            err.code(),
-            Some("WRONGTYPE" | "NOAUTH" | "WRONGPASS" | "NOPERM")
-        ),
+    use redis::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig
+    ) {
+        return true;
+    }
+    let Some((code, detail)) = server_answer(err) else {
+        return false;
+    };
+    match code.as_str() {
+        "WRONGTYPE" | "NOAUTH" | "WRONGPASS" | "NOPERM" | "CROSSSLOT" => true,
+        "ERR" => !detail.contains("max number of clients") && wrapped_condition(&detail).is_none(),
         _ => false,
     }
 }
 
+/// The code and detail of the server's error reply `err` carries: its own,
+/// or the first of a pipeline's (a new connection's setup pipeline, which
+/// loads the scripts, fails as a whole with the server's first refusal).
+fn server_answer(err: &redis::RedisError) -> Option<(String, String)> {
+    let answers = err.clone().into_server_errors()?;
+    let (_, first) = answers.first()?;
+    Some((
+        first.code().to_owned(),
+        first.details().unwrap_or_default().to_owned(),
+    ))
+}
+
 /// The passing condition `err` reports, if any: its code, or the code a
 /// script of Redis before 7 wrapped in an `ERR`.
-fn condition_of(err: &redis::RedisError) -> Option<&'static str> {
-    let code = err.code()?;
-    if let Some(known) = CONDITIONS.iter().find(|c| **c == code) {
-        return Some(known);
+pub(crate) fn condition_of(err: &redis::RedisError) -> Option<&'static str> {
+    let (code, detail) = server_answer(err)?;
+    match CONDITIONS.iter().find(|c| **c == code) {
+        Some(known) => Some(known),
+        None if code == "ERR" => wrapped_condition(&detail),
+        None => None,
     }
-    let detail = err.detail().unwrap_or_default();
-    (code == "ERR")
-        .then(|| {
-            CONDITIONS
-                .iter()
-                .find(|c| detail.contains(&format!("-{c} ")))
-        })
-        .flatten()
+}
+
+/// The condition in Redis 6's wrapper of a failed call inside a script,
+/// `ERR Error running script (call to f_…): @user_script:1: @user_script:
+/// 1: -OOM command not allowed…`. Only that shape: other `ERR` replies may
+/// quote a key name, which may hold anything.
+fn wrapped_condition(detail: &str) -> Option<&'static str> {
+    if !detail.starts_with("Error running script") {
+        return None;
+    }
+    CONDITIONS
+        .iter()
+        .find(|c| detail.contains(&format!(": -{c} ")))
         .copied()
 }
 
@@ -463,6 +479,8 @@ mod tests {
             "CROSSSLOT Keys in request don't hash to the same slot",
             "ERR This instance has cluster support disabled",
             "ERR unknown command 'EVALSHA'",
+            // A key name quoting a condition's code changes nothing.
+            "ERR fencing counter of lock 'orders -OOM 1' is not a counter",
         ];
         for line in permanent {
             assert!(answer(line).is_permanent(), "{line}");
@@ -476,7 +494,7 @@ mod tests {
             "MASTERDOWN Link with MASTER is down",
             "NOSCRIPT No matching script.",
             "ERR max number of clients reached",
-            "ERR Error running script (call to f_1): @user_script:1: -OOM command not allowed when used memory > 'maxmemory'.",
+            "ERR Error running script (call to f_1): @user_script:1: @user_script: 1: -OOM command not allowed when used memory > 'maxmemory'.",
             "SOMETHINGNEW a condition of a later Redis",
         ];
         for line in passing {
@@ -493,7 +511,7 @@ mod tests {
             "BUSY Redis is busy running a script.",
             "OOM command not allowed",
             "MISCONF Redis is configured to save RDB snapshots",
-            "ERR Error running script (call to f_1): @user_script:1: -OOM command not allowed",
+            "ERR Error running script (call to f_1): @user_script:1: @user_script: 1: -OOM command not allowed",
         ] {
             assert!(answer(line).is_refused_in_passing(), "{line}");
         }

@@ -409,7 +409,7 @@ impl Conn {
 
 /// A write refused by a replica (`READONLY`, also inside a script's error).
 fn is_readonly(err: &redis::RedisError) -> bool {
-    err.code() == Some("READONLY") || err.to_string().contains("READONLY")
+    crate::error::condition_of(err) == Some("READONLY")
 }
 
 pub(super) async fn send(

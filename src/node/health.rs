@@ -23,6 +23,15 @@ const FIRST_PROBE: Duration = Duration::from_millis(20);
 /// Longest pause between two probes.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How long no request may meet a condition before an answer ends it.
+const CONDITION_QUIET: Duration = Duration::from_secs(1);
+
+/// A condition the server answers with, and when it last did.
+struct Condition {
+    code: &'static str,
+    last_refusal: Instant,
+}
+
 /// A node's health, as [`Node::health`](crate::Node::health) reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -57,15 +66,18 @@ pub(crate) struct HealthState {
     /// `suspect_since.is_some()`, read on every request without the lock.
     suspect: AtomicBool,
     suspect_since: Mutex<Option<Instant>>,
-    /// Alive while a probe task runs: the task holds the strong half, and a
-    /// runtime that shuts down drops it with the task.
-    probe: Mutex<Weak<()>>,
+    /// Alive while a probe task runs (the task holds the strong half, and a
+    /// runtime that shuts down drops it with the task), and when the probe
+    /// last went round its loop: one parked on a runtime nobody drives
+    /// any more (a current-thread runtime between two `block_on`s) is alive
+    /// but stalled.
+    probe: Mutex<(Weak<()>, Instant)>,
     /// `condition.is_some()`, read on every answer without the lock.
     conditioned: AtomicBool,
-    /// The code of a condition the server refuses requests with for a
-    /// while (`BUSY`, `OOM`, `MISCONF`, `LOADING`, ...), since its first
-    /// such answer and until an answer without it.
-    condition: Mutex<Option<String>>,
+    /// A condition the server refuses requests with for a while (`BUSY`,
+    /// `OOM`, `MISCONF`, `LOADING`, ...), from its first such answer until
+    /// an answer without it after a quiet spell.
+    condition: Mutex<Option<Condition>>,
 }
 
 impl HealthState {
@@ -82,7 +94,7 @@ impl HealthState {
             response_timeout,
             suspect: AtomicBool::new(false),
             suspect_since: Mutex::new(None),
-            probe: Mutex::new(Weak::new()),
+            probe: Mutex::new((Weak::new(), Instant::now())),
             conditioned: AtomicBool::new(false),
             condition: Mutex::new(None),
         })
@@ -133,18 +145,21 @@ impl HealthState {
     }
 
     /// Starts a probe unless one runs: called on every request refused as
-    /// suspect, so a probe whose runtime shut down (a static `Node` shared
-    /// by several runtimes) is replaced by one on the caller's.
+    /// suspect, so a probe whose runtime shut down or stalled (a static
+    /// `Node` shared by several runtimes) is replaced by one on the
+    /// caller's. (A stalled one that runs again later ends as any probe.)
     pub(crate) fn keep_probed(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let mut probe = self.probe.lock().unwrap();
-        if probe.strong_count() > 0 {
+        // A probe goes round at least once per pause and ping.
+        let stall = 2 * MAX_PROBE_INTERVAL + self.connect_timeout + self.response_timeout;
+        if probe.0.strong_count() > 0 && probe.1.elapsed() < stall {
             return;
         }
         let alive = Arc::new(());
-        *probe = Arc::downgrade(&alive);
+        *probe = (Arc::downgrade(&alive), Instant::now());
         runtime.spawn(Probe(Arc::downgrade(self)).run(alive));
     }
 
@@ -152,28 +167,43 @@ impl HealthState {
     /// (not [`crate::Error::is_permanent`]): logged at `warn` when it
     /// begins or changes, not per request. The node is not suspect: it
     /// answers, and the answer is its callers'.
-    pub(crate) fn refusing(&self, code: &str) {
+    pub(crate) fn refusing(&self, code: &'static str) {
         let mut condition = self.condition.lock().unwrap();
-        if condition.as_deref() == Some(code) {
+        let now = Instant::now();
+        if let Some(known) = condition.as_mut()
+            && known.code == code
+        {
+            known.last_refusal = now;
             return;
         }
-        *condition = Some(code.to_owned());
+        *condition = Some(Condition {
+            code,
+            last_refusal: now,
+        });
         self.conditioned.store(true, Ordering::Relaxed);
         tracing::warn!(node = %self.addr, condition = code, "the node refuses requests for now; waits go on through it");
     }
 
-    /// A request got a reply that is no refusal: any condition is over.
+    /// A request got a reply that is no refusal. The condition is over
+    /// once no request met it for [`CONDITION_QUIET`]: a server out of
+    /// memory still answers what does not grow it (renewals, attempts on
+    /// held locks), which must not end it at every such answer.
     pub(crate) fn accepting(&self) {
         if !self.conditioned.load(Ordering::Relaxed) {
             return;
         }
         let over = {
             let mut condition = self.condition.lock().unwrap();
-            self.conditioned.store(false, Ordering::Relaxed);
-            condition.take()
+            match condition.as_ref() {
+                Some(known) if known.last_refusal.elapsed() >= CONDITION_QUIET => {
+                    self.conditioned.store(false, Ordering::Relaxed);
+                    condition.take()
+                }
+                _ => None,
+            }
         };
-        if let Some(code) = over {
-            tracing::info!(node = %self.addr, condition = %code, "the node accepts requests again");
+        if let Some(over) = over {
+            tracing::info!(node = %self.addr, condition = over.code, "the node accepts requests again");
         }
     }
 
@@ -198,9 +228,9 @@ impl HealthState {
 struct Probe(Weak<HealthState>);
 
 impl Probe {
-    /// Probes until the node answers or is gone; `_alive` tells the state
+    /// Probes until the node answers or is gone; `alive` tells the state
     /// that a probe runs.
-    async fn run(self, _alive: Arc<()>) {
+    async fn run(self, alive: Arc<()>) {
         let mut pause = FIRST_PROBE;
         // A Sentinel node's new primary is probed at once: the suspicion
         // was about the former one.
@@ -218,6 +248,12 @@ impl Probe {
             };
             if !state.is_suspect() {
                 return;
+            }
+            {
+                let mut probe = state.probe.lock().unwrap();
+                if probe.0.as_ptr() == Arc::as_ptr(&alive) {
+                    probe.1 = Instant::now();
+                }
             }
             if ping(&state).await {
                 state.recovered();

@@ -158,6 +158,64 @@ async fn a_cluster_node_seeded_with_a_standalone_server_fails_for_good() {
     }
 }
 
+/// A Cluster node seeded with one bad seed (a standalone server) and one of
+/// the cluster's: while the whole cluster is down, the bad seed's refusal is
+/// not the verdict (the silent seed may be back in a moment), and waits go
+/// on until it is. (Found by audit: a node built meanwhile ended `lock()`
+/// with the bad seed's permanent error.)
+#[tokio::test]
+async fn a_cluster_down_for_a_moment_beside_a_bad_seed_is_waited_out() {
+    let standalone = server().await;
+    let mut cluster = cluster().await;
+    let seeds = [standalone.url(), cluster.seed_urls()[0].clone()];
+    // Healthy: the bad seed is harmless, the lock works.
+    let node = Node::cluster(seeds.clone())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let red = client().red_lock_on(&[node], "bad-seed").unwrap();
+    red.lock().await.unwrap().unlock().await.unwrap();
+    // The whole cluster goes down for a moment.
+    for i in 0..6 {
+        cluster.kill(i).await.unwrap();
+    }
+    let fresh = Node::cluster(seeds.clone())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let fresh_red = client().red_lock_on(&[fresh], "bad-seed").unwrap();
+    let asked_before = command_calls(&standalone.url())
+        .await
+        .get("cluster")
+        .copied()
+        .unwrap_or(0);
+    let fresh_waiter = tokio::spawn(async move { fresh_red.lock().await.map(drop) });
+    let known_waiter = tokio::spawn(async move { red.lock().await.map(drop) });
+    // The fresh node's refreshes ask the bad seed, again and again.
+    eventually(
+        Duration::from_secs(10),
+        |asked: &u64| format!("the bad seed was asked for the slot map {asked} times"),
+        || async {
+            let calls = command_calls(&standalone.url()).await;
+            let asked = calls.get("cluster|slots").copied().unwrap_or(0) - asked_before;
+            if asked >= 3 { Ok(()) } else { Err(asked) }
+        },
+    )
+    .await;
+    assert!(!fresh_waiter.is_finished(), "{:?}", fresh_waiter.await);
+    assert!(!known_waiter.is_finished(), "{:?}", known_waiter.await);
+    for i in 0..6 {
+        cluster.restart(i).await.unwrap();
+    }
+    cluster.wait_until_healthy().await.unwrap();
+    for waiter in [fresh_waiter, known_waiter] {
+        let outcome = tokio::time::timeout(Duration::from_secs(20), waiter).await;
+        assert!(matches!(outcome, Ok(Ok(Ok(())))), "{outcome:?}");
+    }
+}
+
 /// A Cluster has one database: a seed URL naming another is refused when
 /// the node is built (a shard would refuse its `SELECT` on every
 /// connection). (On 88e8a7e it was built, and `lock()` never returned.)

@@ -561,3 +561,58 @@ fn a_suspicion_is_probed_again_on_the_next_runtime() {
         .await;
     });
 }
+
+/// As above, with the first runtime kept but no longer driven (a
+/// current-thread runtime between two `block_on`s): its probe is alive but
+/// stalled, and a request on a driven runtime starts another. (Found by
+/// audit: the parked probe counted as running, and the node stayed suspect.)
+#[test]
+fn a_probe_stalled_on_an_idle_runtime_is_replaced() {
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let driven = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut server = driven.block_on(server());
+    let node = node(&server);
+    let lock = client().lock(&node, "idle-runtime").unwrap();
+    driven.block_on(async { lock.lock().await.unwrap().unlock().await.unwrap() });
+    driven.block_on(server.kill()).unwrap();
+    // The suspicion, and so the probe, begins on the runtime left idle.
+    idle.block_on(async {
+        eventually(
+            PATIENCE,
+            |health: &multilock::Health| format!("the server is down, the node {health:?}"),
+            || async {
+                let _ = lock.try_lock().await;
+                match node.health() {
+                    multilock::Health::Healthy => Err(multilock::Health::Healthy),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .await;
+    });
+    driven.block_on(async {
+        server.restart().await.unwrap();
+        eventually(
+            Duration::from_secs(15),
+            |err: &Error| format!("the node came back, its requests still fail: {err}"),
+            || async {
+                match lock.try_lock().await {
+                    Ok(guard) => {
+                        guard.expect("free").unlock().await.unwrap();
+                        Ok(())
+                    }
+                    Err(err) => Err(err),
+                }
+            },
+        )
+        .await;
+    });
+    drop(idle);
+}

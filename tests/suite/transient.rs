@@ -3,7 +3,9 @@
 //! condition of that node: a wait goes on through it, and only answers that
 //! can never change end it.
 
-use std::time::Duration;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
@@ -280,4 +282,133 @@ async fn a_renewal_refused_by_a_busy_server_does_not_lose_the_hold() {
         "lost() fired after the server accepted renewals again"
     );
     guard.unlock().await.unwrap();
+}
+
+/// As above, with the holder's connections lost first: the renewal's new
+/// connection loads the scripts in a setup pipeline, and that is what the
+/// busy server refuses. (Found by audit: a pipeline's refusal carried no
+/// code, so the renewal broke the hold for good.)
+#[tokio::test]
+async fn a_renewal_refused_busy_on_a_new_connection_does_not_lose_the_hold() {
+    let server = server().await;
+    let node = node(&server);
+    let lock = client_with_watchdog(Duration::from_secs(6))
+        .lock(&node, "busy-fresh")
+        .unwrap();
+    let guard = lock.lock().await.unwrap();
+    let url = server.url();
+    let before = script_calls(&url).await;
+    eventually(
+        Duration::from_secs(5),
+        |calls: &u64| format!("{calls} renewals so far"),
+        || async {
+            let calls = script_calls(&url).await - before;
+            if calls >= 1 { Ok(()) } else { Err(calls) }
+        },
+    )
+    .await;
+    let killed: u64 = run(
+        &url,
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes"),
+    )
+    .await
+    .unwrap();
+    assert!(killed >= 1, "the holder had no connection to lose");
+    Condition::Busy.impose(&server).await;
+    let busy_spell = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
+    Condition::Busy.lift(&server).await;
+    assert!(
+        busy_spell.is_err(),
+        "lost() fired while the server was busy"
+    );
+    assert!(
+        guard
+            .valid_until()
+            .is_some_and(|until| until > std::time::Instant::now()),
+        "the guard claims no validity"
+    );
+    guard.unlock().await.unwrap();
+}
+
+/// A MakeWriter collecting the formatted log lines.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+    fn count(&self, needle: &str) -> usize {
+        self.text().lines().filter(|l| l.contains(needle)).count()
+    }
+}
+
+/// A server out of memory still answers what does not grow it (renewals,
+/// attempts on held locks) between its refusals: one condition, logged
+/// once. (Found by audit: each answer ended the condition and the next
+/// refusal began it again, two log lines per request.)
+#[test]
+fn a_steady_condition_is_logged_once() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("multilock=info")
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = server().await;
+        let node = node(&server);
+        let holder = client_with_watchdog(Duration::from_secs(3));
+        let guard = holder.lock(&node, "held").unwrap().lock().await.unwrap();
+        run::<()>(&server.url(), redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1))
+            .await
+            .unwrap();
+        let other = client();
+        let started = Instant::now();
+        let mut attempts = 0;
+        while started.elapsed() < Duration::from_secs(5) {
+            // A free lock: refused with OOM.
+            let free = other.lock(&node, format!("free-{attempts}")).unwrap().try_lock().await;
+            assert!(matches!(&free, Err(e) if e.to_string().contains("error")), "{free:?}");
+            // A held lock: answered (taken), no refusal.
+            let held = other.lock(&node, "held").unwrap().try_lock().await;
+            assert!(matches!(held, Ok(None)), "{held:?}");
+            attempts += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(guard.valid_until().is_some(), "renewals go on under OOM");
+        let refusing = captured.count("refuses requests for now");
+        let accepting = captured.count("accepts requests again");
+        assert!(
+            refusing == 1 && accepting == 0,
+            "{attempts} attempt pairs in 5 s of one steady OOM: {refusing} 'refuses' warnings, {accepting} 'accepts again' infos"
+        );
+    });
 }

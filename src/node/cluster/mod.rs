@@ -293,9 +293,10 @@ impl ClusterMap {
 
     /// Asks a known shard, then the seeds, for the slot map, and applies
     /// the first answer. When none gives it: a permanent error if every
-    /// server that answered refused for good (a seed with cluster support
-    /// off, a wrong password: no wait mends it), else [`Unavailable::NoShard`]
-    /// (nobody answered, or the cluster is settling).
+    /// one refused for good (a seed with cluster support off, a wrong
+    /// password: no wait mends it), else [`Unavailable::NoShard`] (one did
+    /// not answer, and may be the cluster's, back in a moment; or the
+    /// cluster is settling).
     pub(crate) async fn refresh(&self) -> Result<()> {
         let before = self.refreshes.load(Ordering::Acquire);
         let _refreshing = self.refreshing.lock().await;
@@ -304,7 +305,9 @@ impl ClusterMap {
         }
         let mut last_error = None;
         let mut refused_for_good = None;
-        let mut answered_otherwise = false;
+        // Anything but a refusal for good, silence too: a seed that is down
+        // may be the cluster's, back in a moment.
+        let mut otherwise = false;
         for info in self.contact_points() {
             let asked = tokio::time::timeout(
                 self.settings.connect_timeout + self.settings.response_timeout,
@@ -317,21 +320,20 @@ impl ClusterMap {
                     self.refreshes.fetch_add(1, Ordering::AcqRel);
                     return Ok(());
                 }
-                Ok(Ok(_)) => answered_otherwise = true,
+                Ok(Ok(_)) | Err(_) => otherwise = true,
                 Ok(Err(err)) => {
                     let classified = Error::from_redis(&self.name, err.clone());
                     if classified.is_permanent() {
                         refused_for_good = Some(classified);
                     } else {
-                        answered_otherwise |= !classified.is_node_unavailable();
+                        otherwise = true;
                         last_error = Some(err);
                     }
                 }
-                Err(_) => {}
             }
         }
         match refused_for_good {
-            Some(err) if !answered_otherwise => Err(err),
+            Some(err) if !otherwise => Err(err),
             _ => Err(self.no_shard(last_error)),
         }
     }
