@@ -8,9 +8,10 @@
 //! sent ([`Unavailable::Suspect`](crate::Unavailable::Suspect)), while one
 //! probe per node (a PING on a fresh connection, after 20 ms, then backing
 //! off to 2 s) decides when it answers again (a probe that ended with its
-//! runtime is started again by the next request on another). Any request
-//! that does get an answer also clears the suspicion. Each change is logged once, at `warn`
-//! when a node becomes suspect and `info` when it recovers.
+//! runtime, or stalled on one nobody drives, is started again by the next
+//! request). Any request that does get an answer also clears the
+//! suspicion. Each change is logged once, at `warn` when a node becomes
+//! suspect and `info` when it recovers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};

@@ -168,24 +168,21 @@ async fn a_cluster_down_for_a_moment_beside_a_bad_seed_is_waited_out() {
     let standalone = server().await;
     let mut cluster = cluster().await;
     let seeds = [standalone.url(), cluster.seed_urls()[0].clone()];
+    let build = || {
+        Node::cluster(seeds.clone())
+            .connect_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap()
+    };
     // Healthy: the bad seed is harmless, the lock works.
-    let node = Node::cluster(seeds.clone())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let red = client().red_lock_on(&[node], "bad-seed").unwrap();
+    let red = client().red_lock_on(&[build()], "bad-seed").unwrap();
     red.lock().await.unwrap().unlock().await.unwrap();
     // The whole cluster goes down for a moment.
     for i in 0..6 {
         cluster.kill(i).await.unwrap();
     }
-    let fresh = Node::cluster(seeds.clone())
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let fresh_red = client().red_lock_on(&[fresh], "bad-seed").unwrap();
+    let fresh_red = client().red_lock_on(&[build()], "bad-seed").unwrap();
     let asked_before = command_calls(&standalone.url())
         .await
         .get("cluster")

@@ -506,6 +506,42 @@ async fn a_bounded_wait_ends_by_its_deadline_on_a_black_holed_node() {
     );
 }
 
+/// Requests on a dead server until `node` is suspect (the first may meet
+/// the broken connection; a refused one makes the node suspect).
+async fn wait_suspect(lock: &multilock::Lock, node: &Node) {
+    eventually(
+        PATIENCE,
+        |health: &multilock::Health| format!("the server is down, the node {health:?}"),
+        || async {
+            let refused = lock.try_lock().await.unwrap_err();
+            assert!(refused.is_node_unavailable(), "{refused:?}");
+            match node.health() {
+                multilock::Health::Healthy => Err(multilock::Health::Healthy),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+}
+
+/// Tries `lock` until it is granted (and unlocks it), within `limit`.
+async fn wait_granted_again(lock: &multilock::Lock, limit: Duration) {
+    eventually(
+        limit,
+        |err: &Error| format!("the node came back, its requests still fail: {err}"),
+        || async {
+            match lock.try_lock().await {
+                Ok(guard) => {
+                    guard.expect("free").unlock().await.unwrap();
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            }
+        },
+    )
+    .await;
+}
+
 /// A node that went suspect under a runtime that then ended (a static
 /// `Node` shared by `#[tokio::test]`s, each on its own runtime) is probed
 /// again from the next runtime that uses it: its requests go through once
@@ -513,52 +549,19 @@ async fn a_bounded_wait_ends_by_its_deadline_on_a_black_holed_node() {
 /// and every later request was refused as `Suspect`, for good.)
 #[test]
 fn a_suspicion_is_probed_again_on_the_next_runtime() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let first = runtime();
+    let first = current_thread_runtime();
     let mut server = first.block_on(server());
     let node = node(&server);
     let lock = client().lock(&node, "outlived").unwrap();
     first.block_on(async {
         lock.lock().await.unwrap().unlock().await.unwrap();
         server.kill().await.unwrap();
-        // The first request may meet the broken connection; the next is
-        // refused, which makes the node suspect.
-        eventually(
-            PATIENCE,
-            |health: &multilock::Health| format!("the server is down, the node {health:?}"),
-            || async {
-                let refused = lock.try_lock().await.unwrap_err();
-                assert!(refused.is_node_unavailable(), "{refused:?}");
-                match node.health() {
-                    multilock::Health::Healthy => Err(multilock::Health::Healthy),
-                    _ => Ok(()),
-                }
-            },
-        )
-        .await;
+        wait_suspect(&lock, &node).await;
     });
     drop(first);
-    runtime().block_on(async {
+    current_thread_runtime().block_on(async {
         server.restart().await.unwrap();
-        eventually(
-            Duration::from_secs(10),
-            |err: &Error| format!("the node came back, its requests still fail: {err}"),
-            || async {
-                match lock.try_lock().await {
-                    Ok(guard) => {
-                        guard.expect("free").unlock().await.unwrap();
-                        Ok(())
-                    }
-                    Err(err) => Err(err),
-                }
-            },
-        )
-        .await;
+        wait_granted_again(&lock, Duration::from_secs(10)).await;
     });
 }
 
@@ -568,10 +571,7 @@ fn a_suspicion_is_probed_again_on_the_next_runtime() {
 /// audit: the parked probe counted as running, and the node stayed suspect.)
 #[test]
 fn a_probe_stalled_on_an_idle_runtime_is_replaced() {
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let idle = current_thread_runtime();
     let driven = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -583,36 +583,10 @@ fn a_probe_stalled_on_an_idle_runtime_is_replaced() {
     driven.block_on(async { lock.lock().await.unwrap().unlock().await.unwrap() });
     driven.block_on(server.kill()).unwrap();
     // The suspicion, and so the probe, begins on the runtime left idle.
-    idle.block_on(async {
-        eventually(
-            PATIENCE,
-            |health: &multilock::Health| format!("the server is down, the node {health:?}"),
-            || async {
-                let _ = lock.try_lock().await;
-                match node.health() {
-                    multilock::Health::Healthy => Err(multilock::Health::Healthy),
-                    _ => Ok(()),
-                }
-            },
-        )
-        .await;
-    });
+    idle.block_on(wait_suspect(&lock, &node));
     driven.block_on(async {
         server.restart().await.unwrap();
-        eventually(
-            Duration::from_secs(15),
-            |err: &Error| format!("the node came back, its requests still fail: {err}"),
-            || async {
-                match lock.try_lock().await {
-                    Ok(guard) => {
-                        guard.expect("free").unlock().await.unwrap();
-                        Ok(())
-                    }
-                    Err(err) => Err(err),
-                }
-            },
-        )
-        .await;
+        wait_granted_again(&lock, Duration::from_secs(15)).await;
     });
     drop(idle);
 }

@@ -186,15 +186,7 @@ async fn a_red_lock_waits_through(condition: Condition) {
     let healthy = servers[2].url();
     let before = script_calls(&healthy).await;
     let waiter = tokio::spawn(async move { red.lock().await.map(|guard| guard.nodes().len()) });
-    eventually(
-        Duration::from_secs(10),
-        |calls: &u64| format!("{calls} script calls on the healthy node since the wait began"),
-        || async {
-            let calls = script_calls(&healthy).await - before;
-            if calls >= 6 { Ok(()) } else { Err(calls) }
-        },
-    )
-    .await;
+    wait_for_script_calls(&healthy, before, 6, Duration::from_secs(10)).await;
     assert!(
         !waiter.is_finished(),
         "{condition:?}: lock() ended: {:?}",
@@ -243,16 +235,8 @@ async fn a_renewal_refused_by_a_busy_server_does_not_lose_the_hold() {
         .unwrap();
     let guard = lock.lock().await.unwrap();
     let url = server.url();
-    let renewals = |since: u64| {
-        let url = url.clone();
-        async move {
-            let calls = script_calls(&url).await - since;
-            if calls >= 1 { Ok(()) } else { Err(calls) }
-        }
-    };
-    let said = |calls: &u64| format!("{calls} script calls (renewals) so far");
     let before = script_calls(&url).await;
-    eventually(Duration::from_secs(5), said, || renewals(before)).await;
+    wait_for_script_calls(&url, before, 1, Duration::from_secs(5)).await;
     Condition::Busy.impose(&server).await;
     let busy_spell = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
     Condition::Busy.lift(&server).await;
@@ -268,7 +252,7 @@ async fn a_renewal_refused_by_a_busy_server_does_not_lose_the_hold() {
         "no request was refused as BUSY: the test proves nothing"
     );
     let after = script_calls(&url).await;
-    eventually(Duration::from_secs(5), said, || renewals(after)).await;
+    wait_for_script_calls(&url, after, 1, Duration::from_secs(5)).await;
     assert!(
         guard
             .valid_until()
@@ -298,15 +282,7 @@ async fn a_renewal_refused_busy_on_a_new_connection_does_not_lose_the_hold() {
     let guard = lock.lock().await.unwrap();
     let url = server.url();
     let before = script_calls(&url).await;
-    eventually(
-        Duration::from_secs(5),
-        |calls: &u64| format!("{calls} renewals so far"),
-        || async {
-            let calls = script_calls(&url).await - before;
-            if calls >= 1 { Ok(()) } else { Err(calls) }
-        },
-    )
-    .await;
+    wait_for_script_calls(&url, before, 1, Duration::from_secs(5)).await;
     let killed: u64 = run(
         &url,
         redis::cmd("CLIENT")

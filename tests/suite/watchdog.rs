@@ -370,13 +370,7 @@ async fn an_expired_lease_guard_leaves_a_later_hold_alone() {
 /// the pool's first use there works.
 #[test]
 fn the_watchdog_survives_its_first_runtime() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let first = runtime();
+    let first = current_thread_runtime();
     let server = first.block_on(server());
     let node = node(&server);
     let client = client_with_watchdog(Duration::from_millis(900));
@@ -389,7 +383,7 @@ fn the_watchdog_survives_its_first_runtime() {
     });
     drop(first);
 
-    let second = runtime();
+    let second = current_thread_runtime();
     second.block_on(async {
         let guard = lock
             .lock()

@@ -399,6 +399,33 @@ pub async fn script_calls(url: &str) -> u64 {
         .sum()
 }
 
+/// Waits (at most `limit`) until `url` ran `at_least` more script calls
+/// than `since` (a count from [`script_calls`]): renewals, or a waiter's
+/// rounds, seen on the server.
+pub async fn wait_for_script_calls(url: &str, since: u64, at_least: u64, limit: Duration) {
+    eventually(
+        limit,
+        |calls: &u64| format!("{calls} script calls on {url}, waiting for {at_least}"),
+        || async {
+            let calls = script_calls(url).await - since;
+            if calls >= at_least {
+                Ok(())
+            } else {
+                Err(calls)
+            }
+        },
+    )
+    .await;
+}
+
+/// A runtime of its own, for tests of a node or client that outlives one.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 #[cfg(feature = "tls")]
 /// A free loopback port, not reserved: a server started on it exits if
 /// another program took it first, and its start is tried again.
