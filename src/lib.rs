@@ -15,6 +15,7 @@ mod node;
 mod owner;
 mod protocol;
 mod quorum;
+mod running;
 mod scoped;
 mod single;
 mod timing;

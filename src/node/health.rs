@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::running::{Alive, Running};
+
 /// First pause before probing a suspect node.
 const FIRST_PROBE: Duration = Duration::from_millis(20);
 /// Longest pause between two probes.
@@ -67,12 +69,8 @@ pub(crate) struct HealthState {
     /// `suspect_since.is_some()`, read on every request without the lock.
     suspect: AtomicBool,
     suspect_since: Mutex<Option<Instant>>,
-    /// Alive while a probe task runs (the task holds the strong half, and a
-    /// runtime that shuts down drops it with the task), and when the probe
-    /// last went round its loop: one parked on a runtime nobody drives
-    /// any more (a current-thread runtime between two `block_on`s) is alive
-    /// but stalled.
-    probe: Mutex<(Weak<()>, Instant)>,
+    /// Whether a probe runs (and has not stalled).
+    probe: Running,
     /// `condition.is_some()`, read on every answer without the lock.
     conditioned: AtomicBool,
     /// A condition the server refuses requests with for a while (`BUSY`,
@@ -95,7 +93,7 @@ impl HealthState {
             response_timeout,
             suspect: AtomicBool::new(false),
             suspect_since: Mutex::new(None),
-            probe: Mutex::new((Weak::new(), Instant::now())),
+            probe: Running::new(),
             conditioned: AtomicBool::new(false),
             condition: Mutex::new(None),
         })
@@ -150,18 +148,11 @@ impl HealthState {
     /// `Node` shared by several runtimes) is replaced by one on the
     /// caller's. (A stalled one that runs again later ends as any probe.)
     pub(crate) fn keep_probed(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut probe = self.probe.lock().unwrap();
         // A probe goes round at least once per pause and ping.
         let stall = 2 * MAX_PROBE_INTERVAL + self.connect_timeout + self.response_timeout;
-        if probe.0.strong_count() > 0 && probe.1.elapsed() < stall {
-            return;
+        if let Some((alive, runtime)) = self.probe.start(stall) {
+            runtime.spawn(Probe(Arc::downgrade(self)).run(alive));
         }
-        let alive = Arc::new(());
-        *probe = (Arc::downgrade(&alive), Instant::now());
-        runtime.spawn(Probe(Arc::downgrade(self)).run(alive));
     }
 
     /// The server refused a request with `code`, a condition that passes
@@ -231,7 +222,7 @@ struct Probe(Weak<HealthState>);
 impl Probe {
     /// Probes until the node answers or is gone; `alive` tells the state
     /// that a probe runs.
-    async fn run(self, alive: Arc<()>) {
+    async fn run(self, alive: Alive) {
         let mut pause = FIRST_PROBE;
         // A Sentinel node's new primary is probed at once: the suspicion
         // was about the former one.
@@ -247,14 +238,8 @@ impl Probe {
             let Some(state) = self.0.upgrade() else {
                 return;
             };
-            if !state.is_suspect() {
+            if !state.is_suspect() || !state.probe.beat(&alive) {
                 return;
-            }
-            {
-                let mut probe = state.probe.lock().unwrap();
-                if probe.0.as_ptr() == Arc::as_ptr(&alive) {
-                    probe.1 = Instant::now();
-                }
             }
             if ping(&state).await {
                 state.recovered();

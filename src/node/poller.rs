@@ -6,12 +6,14 @@
 //! told a change may be under way (a lost connection, a `READONLY` or
 //! `MOVED` reply, a sentinel's `+switch-master`). It holds what it polls
 //! weakly and ends with it; a node used from another runtime after its
-//! first one shut down (and dropped the task) starts it again.
+//! first one shut down or stalled starts it again (see [`crate::running`]).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::running::Running;
 
 /// How often the topology is asked about when nothing suggests a change.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -19,12 +21,16 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// more to settle, and polling once a second would add up to another second.
 const FAST_POLL_INTERVAL: Duration = Duration::from_millis(100);
 const FAST_POLL_FOR: Duration = Duration::from_secs(10);
+/// A poll task that has not gone round for this long is taken as stalled
+/// (on a runtime nobody drives) and replaced: far beyond a poll's pause
+/// and its requests' timeouts.
+const STALL: Duration = Duration::from_secs(30);
 
 /// One node's poll task: what wakes it, and whether it runs.
 pub(crate) struct Poller {
     nudge: Arc<Nudge>,
-    /// Alive while the task runs.
-    running: Mutex<Weak<()>>,
+    /// Whether the task runs (and has not stalled).
+    running: Arc<Running>,
 }
 
 impl Poller {
@@ -34,7 +40,7 @@ impl Poller {
                 now: Notify::new(),
                 fast_until: Mutex::new(None),
             }),
-            running: Mutex::new(Weak::new()),
+            running: Arc::new(Running::new()),
         }
     }
 
@@ -57,15 +63,11 @@ impl Poller {
         F: Fn(Arc<T>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
-        let mut running = self.running.lock().unwrap();
-        if running.strong_count() > 0 {
+        let Some((alive, runtime)) = self.running.start(STALL) else {
             return;
-        }
-        let alive = Arc::new(());
-        *running = Arc::downgrade(&alive);
-        let (of, nudge) = (Arc::downgrade(of), self.nudge.clone());
-        tokio::spawn(async move {
-            let _alive = alive;
+        };
+        let (of, nudge, running) = (Arc::downgrade(of), self.nudge.clone(), self.running.clone());
+        runtime.spawn(async move {
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(nudge.interval()) => {}
@@ -74,6 +76,9 @@ impl Poller {
                 let Some(of) = of.upgrade() else {
                     return;
                 };
+                if !running.beat(&alive) {
+                    return;
+                }
                 tick(of).await;
             }
         });
