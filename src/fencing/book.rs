@@ -9,16 +9,32 @@
 //! every settlement's witnesses), and a repair task of the client's
 //! ([`super::repair`]) raises it to the highest of enough witnesses, in the
 //! background, at once.
+//!
+//! The book is bounded by what is in use: a name no request touched for
+//! [`FORGET_AFTER`] is forgotten (unless a repair of it is pending), and
+//! it holds nodes weakly: a node every user dropped is let go, with its
+//! connections, and forgotten. Forgetting is safe: the client then knows
+//! the name as one that never fenced it does, which the protocol allows
+//! for; it costs only the eager repair of that name's counters after a
+//! restart (the name's next grant repairs them instead).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::repair::NodeRepairs;
+use super::repair::{self, NodeRepairs};
 use super::rules;
-use crate::node::{Lane, Node};
+use crate::node::{Lane, Node, WeakNode};
 use crate::protocol::LockKeys;
+use crate::running::{Alive, Running};
+
+/// How long a name no request touched is remembered: longer than requests
+/// are in flight at the default timeouts (a reply read later is read as a
+/// client that never saw the name reads it, which is safe), and long
+/// enough that the names a service keeps using stay repaired eagerly.
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(10);
 
 /// A multi-node fenced lock, as fencing needs it: where each node's
 /// counter is, and the quorum.
@@ -26,6 +42,29 @@ use crate::protocol::LockKeys;
 pub(crate) struct Group {
     pub(crate) parts: Arc<[Part]>,
     pub(crate) required: usize,
+    /// The same, as the book remembers it (without holding the nodes).
+    shape: Arc<Shape>,
+}
+
+impl Group {
+    pub(crate) fn new(parts: Arc<[Part]>, required: usize) -> Group {
+        let shape = Arc::new(Shape {
+            nodes: parts.iter().map(|part| part.node().id()).collect(),
+            required,
+        });
+        Group {
+            parts,
+            required,
+            shape,
+        }
+    }
+}
+
+/// A fenced lock's nodes (by id, in order) and quorum, held by the book
+/// for its repairs.
+struct Shape {
+    nodes: Box<[u64]>,
+    required: usize,
 }
 
 /// One node's counter of a fenced lock: the node, the lock's keys, and the
@@ -38,6 +77,16 @@ pub(crate) struct Part {
 }
 
 impl Part {
+    /// The counter of lock `name` on `node` (every lock kind's counter is
+    /// the same key).
+    fn of(node: Node, name: &str) -> Part {
+        Part {
+            node,
+            keys: LockKeys::new(name),
+            lane: Lane::of(name),
+        }
+    }
+
     pub(crate) fn node(&self) -> &Node {
         &self.node
     }
@@ -56,12 +105,31 @@ impl Part {
 }
 
 /// One client's record of fencing counters.
-#[derive(Default)]
 pub(crate) struct FenceBook {
-    nodes: Mutex<HashMap<u64, NodeBook>>,
+    nodes: Mutex<Nodes>,
     /// Settlements under way in this client, by name: a repair of the name
-    /// waits for them (see [`FenceBook::settling`]).
+    /// waits for them (see [`FenceBook::settling`]), and the name is not
+    /// forgotten meanwhile.
     settling: Mutex<HashMap<Arc<str>, usize>>,
+    /// [`FORGET_AFTER`], shorter in unit tests.
+    forget_after: Duration,
+}
+
+impl Default for FenceBook {
+    fn default() -> FenceBook {
+        FenceBook {
+            nodes: Mutex::default(),
+            settling: Mutex::default(),
+            forget_after: FORGET_AFTER,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Nodes {
+    by_id: HashMap<u64, NodeBook>,
+    /// When idle names and dropped nodes were last let go.
+    swept: Option<Instant>,
 }
 
 /// A settlement under way ([`FenceBook::settling`]), until dropped.
@@ -82,13 +150,28 @@ impl Drop for Settling {
     }
 }
 
-#[derive(Default)]
+/// What the client knows of one node's counters.
 struct NodeBook {
+    node: WeakNode,
     names: HashMap<Arc<str>, Seen>,
-    /// The node's repair task runs.
-    repairing: bool,
-    /// The node's watch task runs.
-    watched: bool,
+    /// How many of `names` await repair.
+    unrepaired: usize,
+    /// The node's repair task.
+    repairs: Running,
+    /// The node's watch task.
+    watch: Running,
+}
+
+impl NodeBook {
+    fn new(node: &Node) -> NodeBook {
+        NodeBook {
+            node: node.downgrade(),
+            names: HashMap::new(),
+            unrepaired: 0,
+            repairs: Running::new(),
+            watch: Running::new(),
+        }
+    }
 }
 
 /// One counter (a name on a node) as the client knows it.
@@ -101,7 +184,9 @@ struct Seen {
     /// that may have run before it on the server.
     last_read_at: Option<Instant>,
     unrepaired: bool,
-    group: Group,
+    /// When a request last touched the counter.
+    used: Instant,
+    shape: Arc<Shape>,
 }
 
 /// A counter to repair: the part (its node and name), the lock it belongs
@@ -131,19 +216,26 @@ impl FenceBook {
     ) -> bool {
         let node = part.node();
         let generation = node.generation();
+        let now = Instant::now();
         let mut nodes = self.nodes.lock().unwrap();
+        self.sweep_if_due(&mut nodes, now);
         let name = &part.keys().name;
-        let seen_elsewhere = nodes.iter().any(|(id, book)| {
+        let seen_elsewhere = nodes.by_id.iter().any(|(id, book)| {
             *id != node.id() && book.names.get(name).is_some_and(|s| s.last.is_some())
         });
-        let book = nodes.entry(node.id()).or_default();
+        let book = nodes
+            .by_id
+            .entry(node.id())
+            .or_insert_with(|| NodeBook::new(node));
         let seen = book.names.entry(name.clone()).or_insert_with(|| Seen {
             generation,
             last: None,
             last_read_at: None,
             unrepaired: false,
-            group: group.clone(),
+            used: now,
+            shape: group.shape.clone(),
         });
+        seen.used = now;
         let restarted = seen.generation != generation;
         let overtaken = seen.last.is_some()
             && counter < seen.last
@@ -152,25 +244,27 @@ impl FenceBook {
             tracing::debug!(lock = %part.name(), node = %node.addr(), "a counter reading overtaken by a later one: not a witness");
             return false;
         }
-        if restarted || rules::counter_needs_repair(seen.last, counter, seen_elsewhere) {
-            if !seen.unrepaired {
-                if restarted || seen.last.is_some() {
-                    tracing::info!(lock = %part.name(), node = %node.addr(), "the node lost its fencing counter (it restarted); repairing it");
-                } else {
-                    tracing::debug!(lock = %part.name(), node = %node.addr(), "the node has no fencing counter of this lock; filling it in");
-                }
+        let needs_repair =
+            restarted || rules::counter_needs_repair(seen.last, counter, seen_elsewhere);
+        if needs_repair && !seen.unrepaired {
+            if restarted || seen.last.is_some() {
+                tracing::info!(lock = %part.name(), node = %node.addr(), "the node lost its fencing counter (it restarted); repairing it");
+            } else {
+                tracing::debug!(lock = %part.name(), node = %node.addr(), "the node has no fencing counter of this lock; filling it in");
             }
             seen.unrepaired = true;
+            book.unrepaired += 1;
         }
-        if seen.unrepaired {
-            self.start_repairs(book, node);
-            return false;
+        let intact = !seen.unrepaired;
+        if intact {
+            if counter.is_some() && counter >= seen.last {
+                seen.last_read_at = Some(now);
+            }
+            seen.last = seen.last.max(counter);
         }
-        if counter.is_some() && counter >= seen.last {
-            seen.last_read_at = Some(Instant::now());
-        }
-        seen.last = seen.last.max(counter);
-        true
+        // Any request may find the node's repair ended with its runtime.
+        self.keep_repairing(book, node);
+        intact
     }
 
     /// Marks a settlement of `name` under way until the value is dropped.
@@ -202,16 +296,18 @@ impl FenceBook {
         let node = part.node();
         let nodes = self.nodes.lock().unwrap();
         nodes
+            .by_id
             .get(&node.id())
             .and_then(|book| book.names.get(&part.keys().name))
             .is_none_or(|seen| !seen.unrepaired && seen.generation == node.generation())
     }
 
     /// Whether the client has seen a counter of `name` anywhere (a name it
-    /// has fenced before).
+    /// has fenced lately).
     pub(crate) fn has_seen(&self, name: &str) -> bool {
         let nodes = self.nodes.lock().unwrap();
         nodes
+            .by_id
             .values()
             .any(|book| book.names.get(name).is_some_and(|seen| seen.last.is_some()))
     }
@@ -221,40 +317,49 @@ impl FenceBook {
     pub(crate) fn node_restarted(self: &Arc<Self>, node: &Node) {
         let generation = node.generation();
         let mut nodes = self.nodes.lock().unwrap();
-        let Some(book) = nodes.get_mut(&node.id()) else {
+        let Some(book) = nodes.by_id.get_mut(&node.id()) else {
             return;
         };
-        let mut any = false;
         for seen in book.names.values_mut() {
-            if seen.generation != generation {
+            if seen.generation != generation && !seen.unrepaired {
                 seen.unrepaired = true;
+                book.unrepaired += 1;
             }
-            any |= seen.unrepaired;
         }
-        if any {
-            self.start_repairs(book, node);
-        }
+        self.keep_repairing(book, node);
     }
 
     /// The counters of `node` awaiting repair.
     pub(crate) fn unrepaired(&self, node: &Node) -> Vec<Work> {
         let generation = node.generation();
         let nodes = self.nodes.lock().unwrap();
-        let Some(book) = nodes.get(&node.id()) else {
+        let Some(book) = nodes.by_id.get(&node.id()) else {
             return Vec::new();
         };
+        let part_of = |id: u64, name: &str| {
+            let node = nodes.by_id.get(&id)?.node.upgrade()?;
+            Some(Part::of(node, name))
+        };
         book.names
-            .values()
-            .filter(|seen| seen.unrepaired)
-            .filter_map(|seen| {
-                let part = seen
-                    .group
-                    .parts
+            .iter()
+            .filter(|(_, seen)| seen.unrepaired)
+            .filter_map(|(name, seen)| {
+                // A lock one of whose nodes was dropped is not repaired
+                // (it cannot be used again); the sweep forgets it.
+                let parts: Option<Arc<[Part]>> = seen
+                    .shape
+                    .nodes
                     .iter()
-                    .find(|l| l.node().id() == node.id())?;
+                    .map(|&id| part_of(id, name))
+                    .collect();
+                let group = Group {
+                    parts: parts?,
+                    required: seen.shape.required,
+                    shape: seen.shape.clone(),
+                };
                 Some(Work {
-                    part: part.clone(),
-                    group: seen.group.clone(),
+                    part: Part::of(node.clone(), name),
+                    group,
                     generation,
                 })
             })
@@ -266,14 +371,17 @@ impl FenceBook {
     pub(crate) fn repaired(&self, work: &Work, value: Option<u64>) {
         let node = work.part.node();
         let mut nodes = self.nodes.lock().unwrap();
-        let Some(seen) = nodes
-            .get_mut(&node.id())
-            .and_then(|book| book.names.get_mut(&work.part.keys().name))
-        else {
+        let Some(book) = nodes.by_id.get_mut(&node.id()) else {
+            return;
+        };
+        let Some(seen) = book.names.get_mut(&work.part.keys().name) else {
             return;
         };
         if node.generation() == work.generation {
-            seen.unrepaired = false;
+            if seen.unrepaired {
+                seen.unrepaired = false;
+                book.unrepaired -= 1;
+            }
             seen.generation = work.generation;
             seen.last = value;
             tracing::info!(lock = %work.part.name(), node = %node.addr(), counter = ?value, "fencing counter repaired");
@@ -288,67 +396,138 @@ impl FenceBook {
     pub(crate) fn sealed(&self, part: &Part, generation: u64, value: Option<u64>) {
         let node = part.node();
         let mut nodes = self.nodes.lock().unwrap();
-        let Some(seen) = nodes
-            .get_mut(&node.id())
-            .and_then(|book| book.names.get_mut(&part.keys().name))
-        else {
+        let Some(book) = nodes.by_id.get_mut(&node.id()) else {
+            return;
+        };
+        let Some(seen) = book.names.get_mut(&part.keys().name) else {
             return;
         };
         if seen.unrepaired && node.generation() == generation {
             seen.unrepaired = false;
+            book.unrepaired -= 1;
             seen.generation = generation;
             seen.last = value;
             tracing::info!(lock = %part.name(), node = %node.addr(), counter = ?value, "fencing counter repaired by a seal");
         }
     }
 
-    /// Marks the repair task of `node` stopped, unless there is work left
-    /// (then it goes on: `false`).
-    pub(crate) fn repairs_done(&self, node: &Node) -> bool {
-        let mut nodes = self.nodes.lock().unwrap();
-        let Some(book) = nodes.get_mut(&node.id()) else {
+    /// Marks the repair task of `node` (holding `alive`) stopped, unless
+    /// there is work left (then it goes on: `false`).
+    pub(crate) fn repairs_done(&self, node: &Node, alive: &Alive) -> bool {
+        let nodes = self.nodes.lock().unwrap();
+        let Some(book) = nodes.by_id.get(&node.id()) else {
             return true;
         };
-        if book.names.values().any(|seen| seen.unrepaired) {
+        if book.unrepaired > 0 {
             return false;
         }
-        book.repairing = false;
+        book.repairs.stop(alive);
         true
     }
 
-    fn start_repairs(self: &Arc<Self>, book: &mut NodeBook, node: &Node) {
-        if book.repairing {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        book.repairing = true;
-        runtime.spawn(
-            NodeRepairs {
-                book: Arc::downgrade(self),
-                node: node.clone(),
-            }
-            .run(),
-        );
+    /// Whether `alive` is still `node`'s repair task (which then goes on).
+    pub(crate) fn still_repairing(&self, node: &Node, alive: &Alive) -> bool {
+        let nodes = self.nodes.lock().unwrap();
+        nodes
+            .by_id
+            .get(&node.id())
+            .is_some_and(|book| book.repairs.beat(alive))
     }
 
-    /// Watches every node of `group` for restarts, from now on (once per
-    /// node): a node that restarts while the client is idle is repaired
-    /// too, before a grant needs it.
+    /// Whether `alive` is still `node`'s watch task (which then goes on).
+    pub(crate) fn still_watching(&self, node: &Node, alive: &Alive) -> bool {
+        let nodes = self.nodes.lock().unwrap();
+        nodes
+            .by_id
+            .get(&node.id())
+            .is_some_and(|book| book.watch.beat(alive))
+    }
+
+    /// Starts the node's repair task, unless it runs or there is nothing
+    /// to repair.
+    fn keep_repairing(self: &Arc<Self>, book: &NodeBook, node: &Node) {
+        if book.unrepaired == 0 {
+            return;
+        }
+        if let Some((alive, runtime)) = book.repairs.start(repair::repairs_stall(node)) {
+            runtime.spawn(
+                NodeRepairs {
+                    book: Arc::downgrade(self),
+                    node: node.downgrade(),
+                }
+                .run(alive),
+            );
+        }
+    }
+
+    /// Watches every node of `group` for restarts, from now on (one watch
+    /// per node, started again if it ended with its runtime or stalled): a
+    /// node that restarts while the client is idle is repaired too, before
+    /// a grant needs it. A repair that ended with its runtime starts again
+    /// here too.
     pub(crate) fn watch(self: &Arc<Self>, group: &Group) {
         let mut nodes = self.nodes.lock().unwrap();
-        for lock in group.parts.iter() {
-            let node = lock.node();
-            let book = nodes.entry(node.id()).or_default();
-            if book.watched {
-                continue;
+        self.sweep_if_due(&mut nodes, Instant::now());
+        for part in group.parts.iter() {
+            let node = part.node();
+            let book = nodes
+                .by_id
+                .entry(node.id())
+                .or_insert_with(|| NodeBook::new(node));
+            if let Some((alive, runtime)) = book.watch.start(repair::watch_stall(node)) {
+                runtime.spawn(repair::watch(
+                    Arc::downgrade(self),
+                    node.downgrade(),
+                    node.server_events(),
+                    alive,
+                ));
             }
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                book.watched = true;
-                runtime.spawn(super::repair::watch(Arc::downgrade(self), node.clone()));
+            self.keep_repairing(book, node);
+        }
+    }
+
+    /// Forgets idle names and dropped nodes, at most once per quarter of
+    /// [`FORGET_AFTER`]: called by requests and by the watches, so an idle
+    /// client lets go too.
+    pub(crate) fn forget_idle(&self) {
+        let mut nodes = self.nodes.lock().unwrap();
+        self.sweep_if_due(&mut nodes, Instant::now());
+    }
+
+    fn sweep_if_due(&self, nodes: &mut Nodes, now: Instant) {
+        if nodes
+            .swept
+            .is_some_and(|at| now.duration_since(at) < self.forget_after / 4)
+        {
+            return;
+        }
+        nodes.swept = Some(now);
+        let settling = self.settling.lock().unwrap();
+        nodes.by_id.retain(|_, book| book.node.upgrade().is_some());
+        let live: std::collections::HashSet<u64> = nodes.by_id.keys().copied().collect();
+        for book in nodes.by_id.values_mut() {
+            let before = book.names.len();
+            book.names.retain(|name, seen| {
+                let lock_usable = seen.shape.nodes.iter().all(|id| live.contains(id));
+                let idle = now.duration_since(seen.used) >= self.forget_after
+                    && !seen.unrepaired
+                    && !settling.contains_key(name);
+                lock_usable && !idle
+            });
+            book.unrepaired = book.names.values().filter(|seen| seen.unrepaired).count();
+            // A map keeps its largest size's room: give it back once most
+            // of it stands empty.
+            if book.names.len() < before && book.names.capacity() > 4 * book.names.len() {
+                book.names.shrink_to(2 * book.names.len());
             }
         }
+    }
+
+    /// How many counters the book remembers, over every node.
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        let nodes = self.nodes.lock().unwrap();
+        nodes.by_id.values().map(|book| book.names.len()).sum()
     }
 }
 
@@ -358,5 +537,96 @@ pub(crate) type WeakBook = Weak<FenceBook>;
 impl std::fmt::Debug for FenceBook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FenceBook").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FORGET: Duration = Duration::from_secs(4);
+
+    fn book() -> Arc<FenceBook> {
+        Arc::new(FenceBook {
+            forget_after: FORGET,
+            ..FenceBook::default()
+        })
+    }
+
+    /// Three nodes at ports nobody listens on: nothing here needs an answer.
+    fn nodes() -> Vec<Node> {
+        (1..=3)
+            .map(|port| Node::new(&format!("redis://127.0.0.1:{port}")).unwrap())
+            .collect()
+    }
+
+    fn group(nodes: &[Node], name: &str) -> Group {
+        Group::new(
+            nodes
+                .iter()
+                .map(|node| Part::of(node.clone(), name))
+                .collect(),
+            2,
+        )
+    }
+
+    /// Every node of `name`'s group shows `counter`.
+    fn seen_everywhere(book: &Arc<FenceBook>, nodes: &[Node], name: &str, counter: u64) {
+        let group = group(nodes, name);
+        for part in group.parts.iter() {
+            assert!(book.observe(part, &group, Some(counter), Instant::now()));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_names_are_forgotten_and_names_in_use_are_not() {
+        let (book, nodes) = (book(), nodes());
+        for i in 0..1000 {
+            seen_everywhere(&book, &nodes, &format!("idle-{i}"), 7);
+        }
+        assert_eq!(book.remembered(), 3000);
+        // A counter that went back awaits repair (which cannot reach the
+        // nodes): it is kept however long that takes.
+        seen_everywhere(&book, &nodes, "awaiting-repair", 9);
+        let group = group(&nodes, "awaiting-repair");
+        assert!(!book.observe(&group.parts[0], &group, Some(3), Instant::now()));
+        tokio::time::advance(FORGET - Duration::from_secs(1)).await;
+        seen_everywhere(&book, &nodes, "in-use", 1);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        book.forget_idle();
+        assert!(!book.has_seen("idle-0"), "an idle name is forgotten");
+        assert!(book.has_seen("in-use"), "a name used lately is not");
+        assert!(!book.is_intact(&group.parts[0]), "a pending repair is not");
+        // The awaiting-repair name's intact counters are idle: forgotten.
+        assert_eq!(book.remembered(), 3 + 1);
+        tokio::time::advance(FORGET).await;
+        book.forget_idle();
+        assert_eq!(book.remembered(), 1, "only the pending repair is left");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropped_nodes_are_forgotten_with_their_names() {
+        let (book, nodes) = (book(), nodes());
+        seen_everywhere(&book, &nodes, "a", 1);
+        let group = group(&nodes, "a");
+        assert!(!book.observe(&group.parts[0], &group, None, Instant::now()));
+        let weak: Vec<WeakNode> = nodes.iter().map(Node::downgrade).collect();
+        drop((nodes, group));
+        // The book holds no node: the repair task lets go of them too.
+        eventually_none(&weak).await;
+        tokio::time::advance(FORGET).await;
+        book.forget_idle();
+        assert_eq!(book.remembered(), 0);
+    }
+
+    /// Polls (on paused time) until every node is gone.
+    async fn eventually_none(nodes: &[WeakNode]) {
+        for _ in 0..100 {
+            if nodes.iter().all(|node| node.upgrade().is_none()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("a node is still held");
     }
 }

@@ -17,6 +17,12 @@
 //!   with the last one seen. A repair starts on the spot and runs to
 //!   completion, retrying; a seal that lands on a restarted node repairs
 //!   it too (the sealed token is above every counter of the proof).
+//! - **What is remembered is what is in use.** A name idle for 10 s is
+//!   forgotten unless its repair is pending (the client is then as one
+//!   that never saw it, which the protocol allows for: the model checks
+//!   fresh clients), and the book and its tasks hold nodes weakly, so a
+//!   service fencing one name per order does not grow, and a dropped node
+//!   is let go.
 //! - **Beyond the condition, the wall-clock floor, not an error.** When
 //!   too few intact counters remain to prove a token, a typed error would
 //!   leave the lock unusable until an operator acts, and a retry could

@@ -1,8 +1,9 @@
 //! The background work of fencing, per node of a client: watching the node
 //! for restarts, and repairing the counters a restart cost it.
 //!
-//! Both tasks hold the client's book weakly (bb8's reaper pattern) and end
-//! with it. A restart is noticed when a new connection reports a new
+//! Both tasks hold the client's book and their node weakly (bb8's reaper
+//! pattern) and end with either; one whose runtime ended or stalled is
+//! replaced by the next request or registration (see [`crate::running`]). A restart is noticed when a new connection reports a new
 //! `run_id`: after a connection reports it was lost, the watch connects
 //! again as soon as the node answers, so a restart is seen within moments
 //! even while the client is idle. A repair reads the counter on every other
@@ -11,14 +12,16 @@
 //! grant to stumble on the missing counter, and it does not stop at a
 //! quorum.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 
 use super::book::{WeakBook, Work};
 use super::rules::{self, CounterReport};
-use crate::node::Node;
+use crate::node::{Node, ServerIdentity, WeakNode};
 use crate::protocol::{self, Missing};
+use crate::running::Alive;
 
 /// First pause before retrying a repair or a reconnect; it doubles up to
 /// [`MAX_BACKOFF`]: short, because until this client has noticed and
@@ -32,32 +35,59 @@ const MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// connection it was not told about).
 const WATCH_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Watches `node` for restarts while the client lives.
-pub(super) async fn watch(book: WeakBook, node: Node) {
-    let mut restarts = node.restarts();
+/// The longest a watch of `node` takes to go round its loop: beyond it, it
+/// is taken as stalled (see [`crate::running`]).
+pub(super) fn watch_stall(node: &Node) -> Duration {
+    2 * WATCH_INTERVAL + 4 * node.response_timeout()
+}
+
+/// The longest a repair of `node`'s counters takes between two beats: a
+/// pause, a read and a raise, and a deferral.
+pub(super) fn repairs_stall(node: &Node) -> Duration {
+    2 * (MAX_BACKOFF + MAX_DEFERRAL) + 4 * node.response_timeout()
+}
+
+/// Watches `node` for restarts (told by `events`) while the client and the
+/// node live, and while `alive` is the node's watch. Idle names and
+/// dropped nodes are forgotten on the way.
+pub(super) async fn watch(
+    book: WeakBook,
+    node: WeakNode,
+    events: Arc<ServerIdentity>,
+    alive: Alive,
+) {
+    let mut restarts = events.restarts();
     loop {
         tokio::select! {
             changed = restarts.changed() => if changed.is_err() { return },
-            () = node.disconnected() => reconnect(&book, &node).await,
+            () = events.disconnected() => reconnect(&book, &node).await,
             () = tokio::time::sleep(WATCH_INTERVAL) => {
                 // No I/O while the node's connections are healthy.
+                let Some(node) = node.upgrade() else { return };
                 let _ = node.checkout_any().await;
             }
         }
-        let Some(book) = book.upgrade() else {
+        let (Some(book), Some(node)) = (book.upgrade(), node.upgrade()) else {
             return;
         };
+        if !book.still_watching(&node, &alive) {
+            return;
+        }
         book.node_restarted(&node);
+        book.forget_idle();
     }
 }
 
 /// After a lost connection: connect again as soon as the node answers (the
 /// new connection reports the server's `run_id`), backing off while it
-/// does not. Ends when connected, or the client is gone.
-async fn reconnect(book: &WeakBook, node: &Node) {
+/// does not. Ends when connected, or the client or the node is gone.
+async fn reconnect(book: &WeakBook, node: &WeakNode) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         tokio::time::sleep(backoff).await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
         if book.strong_count() == 0 || node.checkout_any().await.is_ok() {
             return;
         }
@@ -68,24 +98,23 @@ async fn reconnect(book: &WeakBook, node: &Node) {
 /// Repairs one node's counters, until none is left to repair.
 pub(super) struct NodeRepairs {
     pub(super) book: WeakBook,
-    pub(super) node: Node,
+    pub(super) node: WeakNode,
 }
 
 impl NodeRepairs {
-    pub(super) async fn run(self) {
+    /// Runs while `alive` is the node's repair task.
+    pub(super) async fn run(self, alive: Alive) {
         let mut backoff = FIRST_BACKOFF;
         let mut deferring_since: Option<tokio::time::Instant> = None;
         loop {
-            let work = match self.book.upgrade() {
-                Some(book) => {
-                    let work = book.unrepaired(&self.node);
-                    if work.is_empty() && book.repairs_done(&self.node) {
-                        return;
-                    }
-                    work
-                }
-                None => return,
+            let (Some(book), Some(node)) = (self.book.upgrade(), self.node.upgrade()) else {
+                return;
             };
+            let work = book.unrepaired(&node);
+            if work.is_empty() && book.repairs_done(&node, &alive) {
+                return;
+            }
+            drop((book, node));
             // A repair defers to this client's settlements of its name for
             // at most a second: a name settled without pause still gets
             // repaired (with witnesses that may lag the token under way,
@@ -94,6 +123,13 @@ impl NodeRepairs {
             let mut failed = false;
             let mut deferred = false;
             for work in &work {
+                let current = self
+                    .book
+                    .upgrade()
+                    .is_some_and(|book| book.still_repairing(work.part.node(), &alive));
+                if !current {
+                    return;
+                }
                 match repair(&self.book, work, patient).await {
                     Repair::Done => {}
                     Repair::Failed => failed = true,

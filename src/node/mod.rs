@@ -30,6 +30,7 @@ pub(crate) use builder::ShardSettings;
 pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
+pub(crate) use pool::ServerIdentity;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
 pub(crate) use target::next_switch;
 
@@ -77,6 +78,18 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 #[derive(Clone)]
 pub struct Node {
     inner: Arc<NodeInner>,
+}
+
+/// A [`Node`] held by background work that must not keep it, and its
+/// connections, alive once its users dropped it (bb8's reaper pattern).
+#[derive(Clone)]
+pub(crate) struct WeakNode(std::sync::Weak<NodeInner>);
+
+impl WeakNode {
+    /// The node, unless every user dropped it.
+    pub(crate) fn upgrade(&self) -> Option<Node> {
+        self.0.upgrade().map(|inner| Node { inner })
+    }
 }
 
 struct NodeInner {
@@ -236,15 +249,21 @@ impl Node {
         self.inner.id
     }
 
+    /// This node, held weakly.
+    pub(crate) fn downgrade(&self) -> WeakNode {
+        WeakNode(Arc::downgrade(&self.inner))
+    }
+
+    /// What the node's connections tell of its server (restarts, lost
+    /// connections), to follow without holding the node.
+    pub(crate) fn server_events(&self) -> Arc<ServerIdentity> {
+        self.inner.server.clone()
+    }
+
     /// The server's restarts seen so far: its `run_id` changed between two
     /// connections.
     pub(crate) fn generation(&self) -> u64 {
         self.inner.server.generation()
-    }
-
-    /// Follows [`Node::generation`].
-    pub(crate) fn restarts(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.server.restarts()
     }
 
     /// Follows where the node's requests go: a Sentinel node's switches of
@@ -252,11 +271,6 @@ impl Node {
     /// standalone server. See [`target::next_switch`].
     pub(crate) fn moves(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.inner.target.switches()
-    }
-
-    /// Resolves when a connection to the node next reports it was lost.
-    pub(crate) async fn disconnected(&self) {
-        self.inner.server.disconnected().await
     }
 
     /// Registers a waiter on `channel` if this node's shared subscription

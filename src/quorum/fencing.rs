@@ -42,9 +42,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     ) -> Option<u64> {
         let (nodes, required) = (self.locks.len(), self.quorum());
         let book = self.locks[0].core().fencing.clone();
-        let group = Group {
-            parts: self
-                .locks
+        let group = Group::new(
+            self.locks
                 .iter()
                 .map(|lock| Part {
                     node: lock.node().clone(),
@@ -53,7 +52,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 })
                 .collect(),
             required,
-        };
+        );
         book.watch(&group);
         let _settling = book.settling(&self.locks[0].keys().name);
         // The grants reported their counters (a quorum's acquire does not

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics;
-use crate::node::Node;
+use crate::node::{Node, WeakNode};
 use crate::timing;
 
 mod record;
@@ -73,7 +73,11 @@ pub(crate) struct Watchdogs {
 
 /// One node's holds and the timer that renews them.
 pub(crate) struct NodeWatchdog {
-    node: Node,
+    /// Held weakly: a hold's guard holds the node, so a node every user
+    /// dropped has nothing left to renew, and its connections must close.
+    node: WeakNode,
+    node_id: u64,
+    addr: String,
     timeout: Duration,
     /// The client's map, so a watchdog with nothing left removes itself.
     by_node: Weak<ByNode>,
@@ -234,11 +238,15 @@ impl Watchdogs {
 
     /// `node`'s watchdog in `by_node`, made if it has none.
     fn dog_in(&self, by_node: &mut Vec<Arc<NodeWatchdog>>, node: &Node) -> Arc<NodeWatchdog> {
-        match by_node.iter().find(|dog| dog.node.id() == node.id()) {
+        match by_node.iter().find(|dog| dog.node_id == node.id()) {
             Some(dog) => dog.clone(),
             None => {
+                // A watchdog of a dropped node goes: it has nothing to renew.
+                by_node.retain(|dog| dog.node.upgrade().is_some());
                 let dog = Arc::new(NodeWatchdog {
-                    node: node.clone(),
+                    node: node.downgrade(),
+                    node_id: node.id(),
+                    addr: node.addr().to_owned(),
                     timeout: self.timeout,
                     by_node: Arc::downgrade(&self.by_node),
                     entries: Mutex::new(Entries::default()),
@@ -341,7 +349,7 @@ impl Watchdogs {
             .lock()
             .unwrap()
             .iter()
-            .find(|dog| dog.node.id() == node.id())
+            .find(|dog| dog.node_id == node.id())
             .cloned()
         else {
             return;
@@ -418,7 +426,7 @@ impl NodeWatchdog {
                 // entry held is over, and its guards must not release the
                 // new hold.
                 tracing::debug!(lock = %key.lock, "a fresh grant proves an older hold over");
-                metrics::lost_hold(self.node.addr());
+                metrics::lost_hold(&self.addr);
                 let entry = slot.into_mut();
                 let stale = std::mem::replace(entry, fresh());
                 stale.standing.send_modify(|s| s.gone = true);
@@ -518,6 +526,8 @@ impl Drop for PendingRollback {
         }
         drop(entries);
         self.unanswered.fetch_sub(1, Ordering::AcqRel);
+        // The watchdog may have been made for this alone.
+        self.dog.prune_if_empty();
         self.dog.answered.notify_waiters();
     }
 }

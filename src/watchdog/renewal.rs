@@ -18,13 +18,17 @@ impl NodeWatchdog {
     /// left meanwhile: an entry left before that is not renewed, and one
     /// left after it waits for this batch only ([`NodeWatchdog::quiesce`]).
     pub(super) async fn renew_all(&self) {
+        // Every guard of the node is gone with it: nothing to renew.
+        let Some(node) = self.node.upgrade() else {
+            return;
+        };
         let now = Instant::now();
         let snapshot: Vec<(EntryKey, u64)> = {
             let mut entries = self.entries.lock().unwrap();
             for (key, entry) in entries.by_lock.iter_mut() {
                 if !entry.renew_until.is_empty() && !entry.renews_at(now) && !entry.capped {
                     entry.capped = true;
-                    tracing::warn!(lock = %key.lock, node = %self.node.addr(), "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
+                    tracing::warn!(lock = %key.lock, node = %self.addr, "the lock reached its maximum hold time: renewal stops, and it expires with its last lease");
                 }
             }
             entries
@@ -34,7 +38,7 @@ impl NodeWatchdog {
                 .map(|(key, entry)| (key.clone(), entry.id))
                 .collect()
         };
-        for chunk in batches(snapshot, self.node.cluster_map().is_some()) {
+        for chunk in batches(snapshot, node.cluster_map().is_some()) {
             let chunk = &chunk[..];
             let _batch = self.renewing.lock().await;
             // Entries left meanwhile are not renewed; each one kept is
@@ -59,11 +63,10 @@ impl NodeWatchdog {
                     .map(|(key, _, reads)| (&*key.lock, &*key.field, *reads)),
                 self.timeout,
             );
-            let span = tracing::debug_span!("renew", node = %self.node.addr(), locks = chunk.len());
-            metrics::renewal(self.node.addr());
+            let span = tracing::debug_span!("renew", node = %self.addr, locks = chunk.len());
+            metrics::renewal(&self.addr);
             let lane = Lane::of(&chunk[0].0.lock);
-            let result = self
-                .node
+            let result = node
                 .run_despite_suspicion(lane, &renew)
                 .instrument(span.clone())
                 .await;
@@ -86,7 +89,7 @@ impl NodeWatchdog {
                         if !ok {
                             if let Some(entry) = entries.by_lock.remove(*key) {
                                 tracing::warn!(lock = %key.lock, "lock found gone during renewal");
-                                metrics::lost_hold(self.node.addr());
+                                metrics::lost_hold(&self.addr);
                                 entry.standing.send_modify(|s| s.gone = true);
                             }
                         } else if let Some(entry) = entries.by_lock.get(*key) {

@@ -180,3 +180,168 @@ async fn a_fenced_part_is_refused_by_a_quorum_lock() {
     );
     client.multi_lock(parts).unwrap_err();
 }
+
+/// A fenced node's watch spawned on a runtime that then shut down is
+/// started again by the next fenced grant on a live one (a `Client` shared
+/// by several runtimes, as a static is by `#[tokio::test]`s): a node that
+/// restarts while the client is idle is still repaired without waiting for
+/// a grant. (The watch used to be marked started for good.)
+#[test]
+fn a_watch_ended_with_its_runtime_is_started_again() {
+    let first = current_thread_runtime();
+    let mut servers = first.block_on(servers(3));
+    let nodes = nodes(&servers);
+    let client = client();
+    let red = fenced(&client, &nodes, "watched");
+    let token = first.block_on(fenced_grant(&red, PATIENCE, "all up"));
+    drop(first);
+    current_thread_runtime().block_on(async {
+        let other = fenced(&client, &nodes, "registers-again");
+        fenced_grant(&other, PATIENCE, "all up, on a second runtime").await;
+        servers[0].restart().await.unwrap();
+        // Nothing is asked of the nodes from now on.
+        wait_counter(&servers[0], "watched", token, "after a restart while idle").await;
+    });
+}
+
+/// A repair spawned on a runtime that then shut down (here: one waiting
+/// for witnesses while a node is frozen) is started again by the next
+/// request on a live one, and completes. (It used to be marked running for
+/// good: the restarted node was left without its counter.)
+#[test]
+fn a_repair_ended_with_its_runtime_is_started_again() {
+    let first = current_thread_runtime();
+    let mut servers = first.block_on(servers(3));
+    let nodes = nodes(&servers);
+    let client = client();
+    let red = fenced(&client, &nodes, "repaired");
+    first.block_on(async {
+        fenced_grant(&red, PATIENCE, "all up").await;
+        servers[1].pause().await.unwrap();
+        servers[0].restart().await.unwrap();
+        // Node 0 lost its counter, and one witness of two is frozen: the
+        // grant sees the restart, and the repair it starts waits.
+        let frozen = red.try_lock_for(Duration::from_secs(2), Some(LEASE)).await;
+        assert!(
+            matches!(frozen, Ok(None)),
+            "no token can be proven with one witness: {frozen:?}"
+        );
+        assert!(
+            !has_counter(&servers[0], "repaired").await,
+            "not repaired yet"
+        );
+    });
+    drop(first);
+    current_thread_runtime().block_on(async {
+        servers[1].unpause().await.unwrap();
+        // What the repair writes: the highest witness (the failed grant
+        // may have raised node 2's counter above the last token).
+        let token = counter_at(&servers[2], "repaired").await;
+        // Any fenced request on these nodes will do: another name's grant.
+        let other = fenced(&client, &nodes, "asks-again");
+        fenced_grant(&other, 2 * PATIENCE, "all up, on a second runtime").await;
+        wait_counter(
+            &servers[0],
+            "repaired",
+            token,
+            "after its repair's runtime ended",
+        )
+        .await;
+    });
+}
+
+/// Once every `Node` and lock on them is dropped, a client keeps no
+/// connection to their servers and makes none, fenced or not. (The fence
+/// book held every node it had seen, and its watch reconnected to a dead
+/// one every 250 ms for the client's lifetime.)
+#[tokio::test]
+async fn dropped_nodes_are_let_go() {
+    let mut servers = servers(3).await;
+    let client = client();
+    let mut admins = Vec::new();
+    for server in &servers {
+        admins.push(raw(&server.url()).await);
+    }
+    for fencing in [false, true] {
+        {
+            let nodes = nodes(&servers);
+            let mut red = client.red_lock_on(&nodes, "let-go").unwrap();
+            if fencing {
+                red = red.with_fencing();
+            }
+            take_and_release(&red, PATIENCE, "all up").await;
+        }
+        eventually(
+            2 * PATIENCE,
+            |open: &u64| format!("{open} connections still open (fencing: {fencing})"),
+            || async {
+                let mut open = 0;
+                for admin in &admins {
+                    open += connected_clients(&mut admin.clone()).await - 1;
+                }
+                if open == 0 { Ok(()) } else { Err(open) }
+            },
+        )
+        .await;
+    }
+    // The port of a dead server sees no connection attempt.
+    let port = servers[0].port();
+    servers[0].kill().await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let attempt = tokio::time::timeout(Duration::from_secs(3), listener.accept()).await;
+    assert!(
+        attempt.is_err(),
+        "a connection attempt to a dropped node's port: {attempt:?}"
+    );
+}
+
+/// The `connected_clients` of the server `admin` is connected to (itself
+/// included).
+async fn connected_clients(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn counter_at(server: &RedisProcess, name: &str) -> u64 {
+    let key = protocol::token_key(name);
+    run::<Option<u64>>(&server.url(), redis::cmd("GET").arg(&key))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no counter of {name} at {}", server.port()))
+}
+
+async fn has_counter(server: &RedisProcess, name: &str) -> bool {
+    exists(&server.url(), &protocol::token_key(name)).await
+}
+
+/// Polls until `server`'s counter of `name` is `token` again (a repair
+/// wrote it).
+async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str) {
+    let key = protocol::token_key(name);
+    eventually(
+        2 * PATIENCE,
+        |seen: &Option<u64>| format!("{when}: the counter is {seen:?}, not repaired to {token}"),
+        || async {
+            let seen: Option<u64> = run(&server.url(), redis::cmd("GET").arg(&key))
+                .await
+                .unwrap();
+            if seen == Some(token) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        },
+    )
+    .await;
+}
