@@ -332,7 +332,7 @@ impl FenceBook {
     /// The counters of `node` awaiting repair.
     pub(crate) fn unrepaired(&self, node: &Node) -> Vec<Work> {
         let generation = node.generation();
-        let nodes = self.nodes.lock().unwrap();
+        let mut nodes = self.nodes.lock().unwrap();
         let Some(book) = nodes.by_id.get(&node.id()) else {
             return Vec::new();
         };
@@ -340,30 +340,40 @@ impl FenceBook {
             let node = nodes.by_id.get(&id)?.node.upgrade()?;
             Some(Part::of(node, name))
         };
-        book.names
-            .iter()
-            .filter(|(_, seen)| seen.unrepaired)
-            .filter_map(|(name, seen)| {
-                // A lock one of whose nodes was dropped is not repaired
-                // (it cannot be used again); the sweep forgets it.
-                let parts: Option<Arc<[Part]>> = seen
-                    .shape
-                    .nodes
-                    .iter()
-                    .map(|&id| part_of(id, name))
-                    .collect();
-                let group = Group {
-                    parts: parts?,
+        let mut work = Vec::new();
+        let mut unusable = Vec::new();
+        for (name, seen) in book.names.iter().filter(|(_, seen)| seen.unrepaired) {
+            let parts: Option<Arc<[Part]>> = seen
+                .shape
+                .nodes
+                .iter()
+                .map(|&id| part_of(id, name))
+                .collect();
+            let Some(parts) = parts else {
+                unusable.push(name.clone());
+                continue;
+            };
+            work.push(Work {
+                part: Part::of(node.clone(), name),
+                group: Group {
+                    parts,
                     required: seen.shape.required,
                     shape: seen.shape.clone(),
-                };
-                Some(Work {
-                    part: Part::of(node.clone(), name),
-                    group,
-                    generation,
-                })
-            })
-            .collect()
+                },
+                generation,
+            });
+        }
+        // A lock one of whose nodes was dropped cannot be used again: its
+        // counter here is let go, not repaired.
+        if !unusable.is_empty()
+            && let Some(book) = nodes.by_id.get_mut(&node.id())
+        {
+            for name in unusable {
+                book.names.remove(&name);
+                book.unrepaired -= 1;
+            }
+        }
+        work
     }
 
     /// A repair of `work` wrote `value`, and the node did not restart since
@@ -617,6 +627,22 @@ mod tests {
         tokio::time::advance(FORGET).await;
         book.forget_idle();
         assert_eq!(book.remembered(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_repair_of_a_lock_with_a_dropped_node_is_let_go() {
+        let (book, mut nodes) = (book(), nodes());
+        seen_everywhere(&book, &nodes, "a", 1);
+        let group = group(&nodes, "a");
+        assert!(!book.observe(&group.parts[0], &group, None, Instant::now()));
+        drop(group);
+        let dropped = nodes.pop().unwrap().downgrade();
+        // The repair task, failing to reach the nodes, holds none between
+        // its tries.
+        eventually_none(&[dropped]).await;
+        assert!(book.unrepaired(&nodes[0]).is_empty());
+        assert!(book.is_intact(&Part::of(nodes[0].clone(), "a")));
+        assert_eq!(book.remembered(), 2, "node 0's pending repair is let go");
     }
 
     /// Polls (on paused time) until every node is gone.

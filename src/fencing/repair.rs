@@ -60,7 +60,7 @@ pub(super) async fn watch(
     loop {
         tokio::select! {
             changed = restarts.changed() => if changed.is_err() { return },
-            () = events.disconnected() => reconnect(&book, &node).await,
+            () = events.disconnected() => reconnect(&book, &node, &alive).await,
             () = tokio::time::sleep(WATCH_INTERVAL) => {
                 // No I/O while the node's connections are healthy.
                 let Some(node) = node.upgrade() else { return };
@@ -80,15 +80,21 @@ pub(super) async fn watch(
 
 /// After a lost connection: connect again as soon as the node answers (the
 /// new connection reports the server's `run_id`), backing off while it
-/// does not. Ends when connected, or the client or the node is gone.
-async fn reconnect(book: &WeakBook, node: &WeakNode) {
+/// does not. Ends when connected, or the client or the node is gone, or
+/// `alive` is no longer the node's watch (each try beats: a node down for
+/// long is still watched by this task alone).
+async fn reconnect(book: &WeakBook, node: &WeakNode, alive: &Alive) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         tokio::time::sleep(backoff).await;
-        let Some(node) = node.upgrade() else {
+        let (Some(fence_book), Some(node)) = (book.upgrade(), node.upgrade()) else {
             return;
         };
-        if book.strong_count() == 0 || node.checkout_any().await.is_ok() {
+        if !fence_book.still_watching(&node, alive) {
+            return;
+        }
+        drop(fence_book);
+        if node.checkout_any().await.is_ok() {
             return;
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -141,6 +147,8 @@ impl NodeRepairs {
             } else {
                 deferring_since = None;
             }
+            // Nodes are held only while a repair runs.
+            drop(work);
             if failed || deferred {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -297,6 +297,43 @@ async fn dropped_nodes_are_let_go() {
     );
 }
 
+/// A node of a fenced lock is dropped by its user, then another node of
+/// that lock restarts: the restarted node's repair of that lock cannot be
+/// made, and is let go. (Found by audit: it counted as work left, and the
+/// repair task went round its loop without an await, for ever: a
+/// current-thread runtime hung.)
+#[test]
+fn a_repair_of_a_lock_with_a_dropped_node_does_not_hang_the_runtime() {
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        current_thread_runtime().block_on(async {
+            let mut servers = servers(3).await;
+            let mut nodes = nodes(&servers);
+            let client = client();
+            {
+                let red = fenced(&client, &nodes, "dropped-part");
+                fenced_grant(&red, PATIENCE, "all up").await;
+                // Past the book's sweep interval, so this grant sweeps and
+                // the next sweep is a while away.
+                tokio::time::sleep(Duration::from_millis(2600)).await;
+                fenced_grant(&red, PATIENCE, "all up, again").await;
+            }
+            drop(nodes.pop());
+            servers[0].restart().await.unwrap();
+            said.send("restarted").unwrap();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            said.send("the runtime still runs").unwrap();
+        });
+    });
+    let patience = Duration::from_secs(30);
+    assert_eq!(heard.recv_timeout(patience), Ok("restarted"));
+    assert_eq!(
+        heard.recv_timeout(patience),
+        Ok("the runtime still runs"),
+        "the runtime hung after a node of a lock with a dropped node restarted"
+    );
+}
+
 /// The `connected_clients` of the server `admin` is connected to (itself
 /// included).
 async fn connected_clients(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
