@@ -24,6 +24,7 @@ mod fair;
 mod fencing;
 mod hostile;
 mod late_release;
+mod let_go;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod node_failure;
