@@ -69,6 +69,13 @@ pub(super) struct Fenced {
     pub(super) rounds: u8,
     /// Repairs the clients may start between them.
     pub(super) repairs: u8,
+    /// Times the clients may forget the name between them (the client's
+    /// book forgets a name idle for a while: what it knew of the nodes'
+    /// counters and restarts, except a repair still pending).
+    pub(super) forgets: u8,
+    /// Claim liveness for a name a client forgot too (it does not hold:
+    /// see `the_model_finds_what_forgetting_costs`).
+    pub(super) live_when_forgotten: bool,
     /// Start from a name fenced once (every counter at 1, seen by both
     /// clients) instead of a fresh one.
     pub(super) fenced_once: bool,
@@ -219,6 +226,9 @@ pub(super) struct State {
     grants_left: u8,
     rounds_left: u8,
     repairs_left: u8,
+    forgets_left: u8,
+    /// A client forgot the name once.
+    forgot: bool,
     /// The highest token handed out so far.
     last_token: u64,
     /// A token was handed out that was not above every earlier one.
@@ -239,6 +249,8 @@ pub(super) enum Action {
     Notice(u8, u8),
     /// The client starts repairing a node it knows restarted.
     StartRepair(u8, u8),
+    /// The idle client forgets the name, but for the repairs it still owes.
+    Forget(u8),
     Crash(u8),
     Revive(u8),
 }
@@ -312,6 +324,8 @@ impl Model for Fenced {
             grants_left: self.grants,
             rounds_left: self.rounds,
             repairs_left: self.repairs,
+            forgets_left: self.forgets,
+            forgot: false,
             last_token: start.unwrap_or(0),
             inverted: false,
         }]
@@ -360,6 +374,13 @@ impl Model for Fenced {
                     for target in (0..self.nodes).filter(|&t| c.unrepaired & bit(t) != 0) {
                         actions.push(Action::StartRepair(i, target as u8));
                     }
+                }
+                let knows = (0..self.nodes).any(|n| {
+                    c.unrepaired & bit(n) == 0
+                        && (c.known_epoch[n].is_some() || c.last_seen[n].is_some())
+                });
+                if state.forgets_left > 0 && c.phase == Phase::Idle && c.repair.is_none() && knows {
+                    actions.push(Action::Forget(i));
                 }
             }
         }
@@ -413,6 +434,15 @@ impl Model for Fenced {
                 s.repairs_left -= 1;
                 self.start_repair(&mut s, c, target as usize);
             }
+            Action::Forget(c) => {
+                s.forgets_left -= 1;
+                s.forgot = true;
+                let c = &mut s.clients[c as usize];
+                for n in (0..self.nodes).filter(|&n| c.unrepaired & bit(n) == 0) {
+                    c.known_epoch[n] = None;
+                    c.last_seen[n] = None;
+                }
+            }
             Action::Crash(n) => {
                 let node = &mut s.nodes[n as usize];
                 node.crashed_holds = std::mem::take(&mut node.holds);
@@ -451,9 +481,14 @@ impl Model for Fenced {
                         && m.background_quiet(s);
                     // A name's first token needs every node to answer (a
                     // missing counter cannot be told from a lost one): the
-                    // claim is for names fenced once.
+                    // claim is for names fenced once. A client that
+                    // forgot the name no longer repairs it eagerly: a
+                    // restart it had not noticed waits for its next
+                    // grant, so more nodes may be impaired than it
+                    // counts.
                     !quiet
                         || s.last_token == 0
+                        || (s.forgot && !m.live_when_forgotten)
                         || m.impaired_count(s) > m.tolerated()
                         || m.grant_possible(s)
                 },
