@@ -288,11 +288,19 @@ fn a_repair_of_a_lock_with_a_dropped_node_does_not_hang_the_runtime() {
 }
 
 async fn counter_at(server: &RedisProcess, name: &str) -> u64 {
-    let key = protocol::token_key(name);
-    run::<Option<u64>>(&server.url(), redis::cmd("GET").arg(&key))
+    counter(server, name)
         .await
-        .unwrap()
         .unwrap_or_else(|| panic!("no counter of {name} at {}", server.port()))
+}
+
+/// `server`'s counter of `name`, if it has one.
+async fn counter(server: &RedisProcess, name: &str) -> Option<u64> {
+    run(
+        &server.url(),
+        redis::cmd("GET").arg(protocol::token_key(name)),
+    )
+    .await
+    .unwrap()
 }
 
 async fn has_counter(server: &RedisProcess, name: &str) -> bool {
@@ -302,14 +310,11 @@ async fn has_counter(server: &RedisProcess, name: &str) -> bool {
 /// Polls until `server`'s counter of `name` is `token` again (a repair
 /// wrote it).
 async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str) {
-    let key = protocol::token_key(name);
     eventually(
         2 * PATIENCE,
         |seen: &Option<u64>| format!("{when}: the counter is {seen:?}, not repaired to {token}"),
         || async {
-            let seen: Option<u64> = run(&server.url(), redis::cmd("GET").arg(&key))
-                .await
-                .unwrap();
+            let seen = counter(server, name).await;
             if seen == Some(token) {
                 Ok(())
             } else {

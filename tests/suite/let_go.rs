@@ -16,10 +16,7 @@ use multilock::testkit::TestServer;
 async fn dropped_nodes_are_let_go() {
     let mut servers = servers(3).await;
     let client = client();
-    let mut admins = Vec::new();
-    for server in &servers {
-        admins.push(raw(&server.url()).await);
-    }
+    let admins = admins(&servers).await;
     for fencing in [false, true] {
         {
             let nodes: Vec<Node> = servers.iter().map(node).collect();
@@ -29,18 +26,7 @@ async fn dropped_nodes_are_let_go() {
             }
             take_and_release(&red, PATIENCE, "all up").await;
         }
-        eventually(
-            2 * PATIENCE,
-            |open: &u64| format!("{open} connections still open (fencing: {fencing})"),
-            || async {
-                let mut open = 0;
-                for admin in &admins {
-                    open += connected_clients(&mut admin.clone()).await - 1;
-                }
-                if open == 0 { Ok(()) } else { Err(open) }
-            },
-        )
-        .await;
+        all_closed(&admins, &format!("fencing: {fencing}")).await;
     }
     // The port of a dead server sees no connection attempt.
     let port = servers[0].port();
@@ -61,10 +47,7 @@ async fn dropped_nodes_are_let_go() {
 async fn every_lock_kind_lets_go_of_its_connections() {
     let servers = servers(3).await;
     let client = client_with_watchdog(Duration::from_secs(1));
-    let mut admins = Vec::new();
-    for server in &servers {
-        admins.push(raw(&server.url()).await);
-    }
+    let admins = admins(&servers).await;
     {
         let nodes: Vec<Node> = servers.iter().map(node).collect();
         // Watchdog-renewed holds, released; one dropped unreleased.
@@ -83,7 +66,7 @@ async fn every_lock_kind_lets_go_of_its_connections() {
             let fair = fair.clone();
             tokio::spawn(async move { fair.lock().await.unwrap().unlock().await.unwrap() })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_queued(&servers[1].url(), "c-fair").await;
         g.unlock().await.unwrap();
         waiter.await.unwrap();
         let rw = client.read_write_lock(&nodes[2], "c-rw").unwrap();
@@ -92,7 +75,7 @@ async fn every_lock_kind_lets_go_of_its_connections() {
             let rw = rw.clone();
             tokio::spawn(async move { rw.write().lock().await.unwrap().unlock().await.unwrap() })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_for_channel_listeners(&servers[2].url(), "redisson_rwlock:{c-rw}", 1).await;
         r.unlock().await.unwrap();
         writer.await.unwrap();
         let multi = client.multi_lock_on(&nodes, "c-multi").unwrap();
@@ -106,18 +89,7 @@ async fn every_lock_kind_lets_go_of_its_connections() {
         drop(red.lock().await.unwrap()); // released in the background
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    eventually(
-        2 * PATIENCE,
-        |open: &u64| format!("{open} connections still open"),
-        || async {
-            let mut open = 0;
-            for admin in &admins {
-                open += connected_clients(&mut admin.clone()).await - 1;
-            }
-            if open == 0 { Ok(()) } else { Err(open) }
-        },
-    )
-    .await;
+    all_closed(&admins, "every lock kind").await;
 }
 
 /// Whether `guard` still claims its lock (its `lost()` has not resolved).
@@ -200,6 +172,46 @@ async fn renewal_goes_on_after_every_node_and_lock_is_dropped() {
     for guard in [&red, &multi, &single, &fair, &read] {
         assert!(not_lost(guard).await, "{} lost", guard.name());
     }
+}
+
+/// A connection to each server, for asking it about its clients.
+async fn admins(servers: &[impl TestServer]) -> Vec<redis::aio::MultiplexedConnection> {
+    let mut admins = Vec::new();
+    for server in servers {
+        admins.push(raw(&server.url()).await);
+    }
+    admins
+}
+
+/// Polls until the servers `admins` are connected to have no client but
+/// them.
+async fn all_closed(admins: &[redis::aio::MultiplexedConnection], what: &str) {
+    eventually(
+        2 * PATIENCE,
+        |open: &u64| format!("{open} connections still open ({what})"),
+        || async {
+            let mut open = 0;
+            for admin in admins {
+                open += connected_clients(&mut admin.clone()).await - 1;
+            }
+            if open == 0 { Ok(()) } else { Err(open) }
+        },
+    )
+    .await;
+}
+
+/// Polls until a waiter is in fair lock `name`'s queue at `url`.
+async fn wait_queued(url: &str, name: &str) {
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    eventually(
+        PATIENCE,
+        |queued: &u64| format!("{queued} waiters in {queue}"),
+        || async {
+            let queued: u64 = run(url, redis::cmd("LLEN").arg(&queue)).await.unwrap();
+            if queued == 1 { Ok(()) } else { Err(queued) }
+        },
+    )
+    .await;
 }
 
 /// The `connected_clients` of the server `admin` is connected to (itself

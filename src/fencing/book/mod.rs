@@ -438,20 +438,20 @@ impl FenceBook {
 
     /// Whether `alive` is still `node`'s repair task (which then goes on).
     pub(crate) fn still_repairing(&self, node: &Node, alive: &Alive) -> bool {
-        let nodes = self.nodes.lock().unwrap();
-        nodes
-            .by_id
-            .get(&node.id())
-            .is_some_and(|book| book.repairs.beat(alive))
+        self.beat(node, alive, |book| &book.repairs)
     }
 
     /// Whether `alive` is still `node`'s watch task (which then goes on).
     pub(crate) fn still_watching(&self, node: &Node, alive: &Alive) -> bool {
+        self.beat(node, alive, |book| &book.watch)
+    }
+
+    fn beat(&self, node: &Node, alive: &Alive, task: fn(&NodeBook) -> &Running) -> bool {
         let nodes = self.nodes.lock().unwrap();
         nodes
             .by_id
             .get(&node.id())
-            .is_some_and(|book| book.watch.beat(alive))
+            .is_some_and(|book| task(book).beat(alive))
     }
 
     /// Starts the node's repair task, unless it runs or there is nothing
