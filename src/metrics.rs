@@ -21,6 +21,7 @@
 //! | `multilock_node_health_changes_total` | counter | node, state | a node became `suspect`, or `healthy` again |
 //! | `multilock_primary_switches_total` | counter | node | a Sentinel node's sentinels named a new primary (the first one counts) |
 //! | `multilock_held` | gauge | kind, node | holds this process has now |
+//! | `multilock_fencing_floor_total` | counter | reason | fenced multi-node grants whose token came from the wall-clock floor, not a proof: `reason` is `new` (a name this client had not fenced lately) or `lost` (its counters were lost on too many nodes) |
 //!
 //! (node): single-node locks only; a multi-node acquire has no one node.
 //!
@@ -116,6 +117,11 @@ mod recorded {
         metrics::counter!("multilock_primary_switches_total", "node" => node.to_owned())
             .increment(1);
     }
+
+    pub(crate) fn fencing_floor(new_name: bool) {
+        let reason = if new_name { "new" } else { "lost" };
+        metrics::counter!("multilock_fencing_floor_total", "reason" => reason).increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -133,6 +139,7 @@ mod recorded {
 
     #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     pub(crate) fn primary_switched(_: &str) {}
+    pub(crate) fn fencing_floor(_: bool) {}
 }
 
 pub(crate) use recorded::*;

@@ -46,10 +46,11 @@ pub(crate) fn witnesses_needed(nodes: usize, required: usize) -> usize {
 pub(crate) enum Settled {
     /// Proven above every earlier token by enough witnesses.
     Proven(u64),
-    /// Every node answered, and too few had a trusted counter: the name is
-    /// new, or its counters were lost beyond what the protocol tolerates.
-    /// The token is above every counter any node holds and at least the
-    /// wall-clock floor, so it does not fall back to 1.
+    /// Too few nodes had a trusted counter (the name is new, or its
+    /// counters were lost beyond what the protocol tolerates), and a quorum
+    /// answered, the others given their grace. The token is above every
+    /// counter read and at least the wall-clock floor, so it does not fall
+    /// back to 1 (see [`settle_token`] for what it assumes).
     Floor(u64),
 }
 
@@ -63,8 +64,10 @@ impl Settled {
 }
 
 /// The token a won round may hand out, from the counters its read found
-/// (at most one report per node), or `None` when nothing can be proven yet
-/// (too few witnesses, and not every node answered: the round is lost).
+/// (at most one report per node), or `None` when nothing can be settled
+/// yet: too few witnesses, and either fewer than a quorum answered, or
+/// not every node answered and the read still waits for the others
+/// (`waited_out` is false).
 ///
 /// The token is above every counter read, so it never equals a token
 /// someone else handed out (a value can be a rival's seal as well as a
@@ -72,12 +75,22 @@ impl Settled {
 /// counters to: then the read itself sealed it). `floor`: the wall-clock
 /// floor (see [`crate::timing::token_floor`]), used only when there is no
 /// proof.
+///
+/// Without a proof, a quorum of answers suffices once the others had their
+/// grace (`waited_out`): every earlier token was sealed on a quorum, which
+/// shares a node with the answers, so the token is above it unless that
+/// node lost its counter; then the floor is, as long as clocks are closer
+/// than the time since that token and fewer than one grant a microsecond
+/// was made. Waiting for every node would protect only against a
+/// clock-skewed counter on the nodes that did not answer, at the price of
+/// a name that stalls for as long as one node is down.
 pub(crate) fn settle_token(
     reports: &[CounterReport],
     nodes: usize,
     required: usize,
     minimum: u64,
     floor: u64,
+    waited_out: bool,
 ) -> Option<Settled> {
     let above = reports
         .iter()
@@ -88,7 +101,7 @@ pub(crate) fn settle_token(
     let witnesses = reports.iter().filter(|r| r.is_witness()).count();
     if witnesses >= witnesses_needed(nodes, required) {
         Some(Settled::Proven(above.max(1)))
-    } else if reports.len() >= nodes {
+    } else if reports.len() >= nodes || (waited_out && reports.len() >= required) {
         Some(Settled::Floor(above.max(floor).max(1)))
     } else {
         None
@@ -176,7 +189,7 @@ mod tests {
             report(Some(100), false),
         ];
         assert_eq!(
-            settle_token(&reports, 5, 3, 8, 0),
+            settle_token(&reports, 5, 3, 8, 0, false),
             Some(Settled::Proven(101))
         );
         // The usual case: the read raised every counter to the guess, and
@@ -186,14 +199,20 @@ mod tests {
             report(Some(7), true),
             report(Some(6), true),
         ];
-        assert_eq!(settle_token(&calm, 5, 3, 8, 0), Some(Settled::Proven(8)));
+        assert_eq!(
+            settle_token(&calm, 5, 3, 8, 0, false),
+            Some(Settled::Proven(8))
+        );
         // A value equal to the guess is a rival's token, maybe: above it.
         let rival = [
             report(Some(8), true),
             report(Some(7), true),
             report(Some(6), true),
         ];
-        assert_eq!(settle_token(&rival, 5, 3, 8, 0), Some(Settled::Proven(9)));
+        assert_eq!(
+            settle_token(&rival, 5, 3, 8, 0, false),
+            Some(Settled::Proven(9))
+        );
     }
 
     #[test]
@@ -203,22 +222,25 @@ mod tests {
             report(Some(9), true),
             report(Some(40), false),
         ];
-        assert_eq!(settle_token(&two_restarted, 5, 3, 1, 0), None);
+        assert_eq!(settle_token(&two_restarted, 5, 3, 1, 0, false), None);
         let missing = [
             report(None, true),
             report(Some(9), true),
             report(Some(9), true),
             report(None, true),
         ];
-        assert_eq!(settle_token(&missing, 5, 3, 1, 0), None);
+        assert_eq!(settle_token(&missing, 5, 3, 1, 0, false), None);
     }
 
     #[test]
     fn with_every_node_answering_the_floor_takes_over() {
         let fresh = [report(None, true); 3];
-        assert_eq!(settle_token(&fresh, 3, 2, 1, 0), Some(Settled::Floor(1)));
         assert_eq!(
-            settle_token(&fresh, 3, 2, 1, 5_000),
+            settle_token(&fresh, 3, 2, 1, 0, false),
+            Some(Settled::Floor(1))
+        );
+        assert_eq!(
+            settle_token(&fresh, 3, 2, 1, 5_000, false),
             Some(Settled::Floor(5_000))
         );
         let some = [
@@ -227,10 +249,39 @@ mod tests {
             report(None, true),
         ];
         assert_eq!(
-            settle_token(&some, 3, 2, 1, 5_000),
+            settle_token(&some, 3, 2, 1, 5_000, false),
             Some(Settled::Floor(7_001))
         );
-        assert_eq!(settle_token(&fresh[..2], 3, 2, 1, 0), None);
+        assert_eq!(settle_token(&fresh[..2], 3, 2, 1, 0, false), None);
+    }
+
+    #[test]
+    fn without_a_proof_a_quorum_suffices_once_the_others_had_their_grace() {
+        let fresh = [report(None, true); 3];
+        // 3 of 5 answered, none has a counter: a new name, or one lost.
+        assert_eq!(settle_token(&fresh, 5, 3, 1, 5_000, false), None);
+        assert_eq!(
+            settle_token(&fresh, 5, 3, 1, 5_000, true),
+            Some(Settled::Floor(5_000))
+        );
+        // Fewer than a quorum never settles.
+        assert_eq!(settle_token(&fresh[..2], 5, 3, 1, 5_000, true), None);
+        // One counter left, above the floor: the token is above it.
+        let one_left = [
+            report(Some(9_000), true),
+            report(None, false),
+            report(Some(20), false),
+        ];
+        assert_eq!(
+            settle_token(&one_left, 5, 3, 1, 5_000, true),
+            Some(Settled::Floor(9_001))
+        );
+        // A proof needs no waiting.
+        let proven = [report(Some(9), true); 3];
+        assert_eq!(
+            settle_token(&proven, 5, 3, 1, 5_000, false),
+            Some(Settled::Proven(10))
+        );
     }
 
     #[test]
@@ -277,7 +328,8 @@ mod tests {
     /// Every sequence of a seal and a later settlement on 5 nodes: the
     /// seal's quorum holds 50, other nodes at most 40, any minority lost
     /// its counter (and a client may know it); whatever answers, a token
-    /// settled without the floor is above 50.
+    /// settled is above 50: proven, or from every node's counters, or from
+    /// a quorum's and the floor.
     #[test]
     fn tokens_increase_while_a_minority_loses_its_counters() {
         let (n, q) = (5, 3);
@@ -289,7 +341,14 @@ mod tests {
                 if lost.count_ones() as usize > n - q {
                     continue;
                 }
-                for known in [0, lost] {
+                // Waited out, a quorum of answers settles from the floor,
+                // which is past every token handed out (its assumption).
+                for (known, waited_out, floor) in [
+                    (0, false, 0),
+                    (lost, false, 0),
+                    (0, true, 51),
+                    (lost, true, 51),
+                ] {
                     for answered in 0u32..(1 << n) {
                         let reports: Vec<CounterReport> = (0..n)
                             .filter(|i| answered & (1 << i) != 0)
@@ -304,7 +363,7 @@ mod tests {
                                 report(value, known & (1 << i) == 0)
                             })
                             .collect();
-                        if let Some(settled) = settle_token(&reports, n, q, 1, 0) {
+                        if let Some(settled) = settle_token(&reports, n, q, 1, floor, waited_out) {
                             assert!(
                                 settled.token() > 50,
                                 "seal {seal:05b}, lost {lost:05b}, answered {answered:05b}: {settled:?}"

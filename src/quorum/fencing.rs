@@ -7,8 +7,10 @@
 //!    holder's seal (it held other nodes then); a read sent after the last
 //!    grant cannot. The token is above every counter read (so it never
 //!    equals a rival's) and proven above every earlier token by enough
-//!    witnesses ([`rules::settle_token`]), or taken from the wall-clock
-//!    floor when every node answered and too few counters survive.
+//!    witnesses ([`rules::settle_token`]), or, when too few counters
+//!    survive, taken from the wall-clock floor once every node answered or
+//!    a quorum did and the others had the round's grace (a dead master
+//!    costs the grace, never the name).
 //! 2. **Seal**: a quorum of nodes holds the token (the read already sealed
 //!    it when nothing was at or above the guess and no node is known to
 //!    have restarted; else a raise to the token, which also seeds missing
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
+use super::policy::grace;
 use super::{QuorumLock, QuorumPolicy};
 use crate::fencing::rules::{self, CounterReport, Settled};
 use crate::fencing::{Group, Part};
@@ -78,21 +81,34 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             answers.iter().filter(|(_, r)| r.after >= token).count()
         };
         let floor = crate::timing::token_floor();
-        let read = self
-            .raise_counters(guess, Missing::Leave, node_timeout, &group, |answers| {
-                rules::settle_token(&reports(answers), nodes, required, guess, floor).is_some_and(
-                    |settled| settled.token() != guess || sealed_at(answers, guess) >= required,
-                )
-            })
+        let settle = |answers: &[(usize, Raised)], waited_out| {
+            rules::settle_token(&reports(answers), nodes, required, guess, floor, waited_out)
+        };
+        let (read, waited_out) = self
+            .raise_counters(
+                guess,
+                Missing::Leave,
+                node_timeout,
+                &group,
+                Patience::Grace,
+                |answers| {
+                    settle(answers, false).is_some_and(|settled| {
+                        settled.token() != guess || sealed_at(answers, guess) >= required
+                    })
+                },
+            )
             .await;
-        let settled = rules::settle_token(&reports(&read), nodes, required, guess, floor)?;
+        let settled = settle(&read, waited_out)?;
         let token = settled.token();
         if let Settled::Floor(_) = settled {
-            if book.has_seen(self.name()) {
-                tracing::warn!(lock = %self.name(), token, "the fencing counters of this lock were lost on too many nodes to prove a token: it continues from the wall-clock floor");
+            let answered = read.len();
+            let new_name = !book.has_seen(self.name());
+            if new_name {
+                tracing::debug!(lock = %self.name(), token, answered, nodes, "first fenced grant: the token starts at the wall-clock floor");
             } else {
-                tracing::debug!(lock = %self.name(), token, "first fenced grant: the token starts at the wall-clock floor");
+                tracing::warn!(lock = %self.name(), token, answered, nodes, "the fencing counters of this lock were lost on too many nodes to prove a token: it continues from the wall-clock floor");
             }
+            crate::metrics::fencing_floor(new_name);
         }
 
         // 2. Seal.
@@ -109,13 +125,20 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     .map(|(i, _)| *i)
                     .collect()
             } else {
-                let raised = self
-                    .raise_counters(token, Missing::Seed, node_timeout, &group, |answers| {
-                        sealed_at(answers, token) >= required
-                            && restarted
-                                .iter()
-                                .all(|r| answers.iter().any(|(i, _)| i == r))
-                    })
+                let (raised, _) = self
+                    .raise_counters(
+                        token,
+                        Missing::Seed,
+                        node_timeout,
+                        &group,
+                        Patience::Enough,
+                        |answers| {
+                            sealed_at(answers, token) >= required
+                                && restarted
+                                    .iter()
+                                    .all(|r| answers.iter().any(|(i, _)| i == r))
+                        },
+                    )
                     .await;
                 raised
                     .iter()
@@ -156,18 +179,22 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// Raises every node's counter to at least `minimum` (a missing one is
     /// left or seeded, as `missing` says), each under `node_timeout`, until
-    /// `enough` says the answers so far suffice (or every node answered or
-    /// failed). Every answer tells the client's book what the node held; a
-    /// seal (`Missing::Seed`: `minimum` is a settled token) that landed
-    /// on a restarted node repairs it. The answers, by lock index.
+    /// `enough` says the answers so far suffice, every node answered or
+    /// failed, or (with [`Patience::Grace`]) a quorum answered and the
+    /// others had the round's grace. Every answer tells the client's book
+    /// what the node held; a seal (`Missing::Seed`: `minimum` is a settled
+    /// token) that landed on a restarted node repairs it. The answers, by
+    /// lock index, and whether the raise waited the others out (it did not
+    /// stop because `enough` said so).
     async fn raise_counters(
         &self,
         minimum: u64,
         missing: Missing,
         node_timeout: Duration,
         group: &Group,
+        patience: Patience,
         enough: impl Fn(&[(usize, Raised)]) -> bool,
-    ) -> Vec<(usize, Raised)> {
+    ) -> (Vec<(usize, Raised)>, bool) {
         let book = &self.locks[0].core().fencing;
         let mut raises: FuturesUnordered<_> = self
             .locks
@@ -183,7 +210,19 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             })
             .collect();
         let mut answers = Vec::with_capacity(self.locks.len());
-        while let Some((index, generation, sent_at, raised)) = raises.next().await {
+        let started = tokio::time::Instant::now();
+        let mut grace_ends = None;
+        loop {
+            let next = match grace_ends {
+                None => raises.next().await,
+                Some(ends) => match tokio::time::timeout_at(ends, raises.next()).await {
+                    Ok(next) => next,
+                    Err(_) => return (answers, true),
+                },
+            };
+            let Some((index, generation, sent_at, raised)) = next else {
+                return (answers, true);
+            };
             if let Some(raised) = raised {
                 book.observe(&group.parts[index], group, raised.before, sent_at);
                 if missing == Missing::Seed && raised.after >= minimum {
@@ -191,10 +230,25 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 }
                 answers.push((index, raised));
                 if enough(&answers) {
-                    break;
+                    return (answers, false);
+                }
+                if patience == Patience::Grace
+                    && grace_ends.is_none()
+                    && answers.len() >= self.quorum()
+                {
+                    grace_ends = Some(tokio::time::Instant::now() + grace(started.elapsed()));
                 }
             }
         }
-        answers
     }
+}
+
+/// How long [`QuorumLock::raise_counters`] waits for the nodes that have
+/// not answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    /// Until the answers are enough, or every node answered or failed.
+    Enough,
+    /// The same, or until the round's grace after a quorum answered.
+    Grace,
 }

@@ -12,18 +12,25 @@
 //!
 //! - tokens of successive grants strictly increase;
 //! - no two holders at once;
-//! - once a name was fenced, while at most `nodes - required` nodes are
-//!   impaired (down, or restarted and not yet repaired), a fenced grant
-//!   stays possible: from every quiet state, a client that tries, with
-//!   nothing failing, gets one.
+//! - while a quorum of nodes is up, a fenced grant stays possible: from
+//!   every quiet state, a client that tries, with nothing failing, gets
+//!   one. That holds for a name no client fenced yet, for clients that
+//!   never saw a node or forgot the name, and beyond the proof's condition
+//!   (more than `nodes - required` nodes impaired: down, or restarted and
+//!   not yet repaired), where the wall-clock floor, taken from a quorum's
+//!   answers, settles the token.
+//!
+//! The floor is modelled by its assumption: the wall clock is past every
+//! token settled so far.
 //!
 //! Faults follow the guarantee's condition: a node may crash only while the
 //! clients have no background work that could progress (every restart
 //! noticed, every repair done or blocked) and at most `nodes - required`
-//! nodes stay impaired; a crashed node comes back only once the rounds that
-//! held the lock there are over (Redlock's delayed restart). The same model
-//! runs the design this crate had before ([`Design::Lazy`]), and the checker
-//! finds its defect (see the tests in [`super`]).
+//! nodes stay impaired (unless the bounds go `beyond`); a crashed node
+//! comes back only once the rounds that held the lock there are over
+//! (Redlock's delayed restart). The same model runs the designs this crate
+//! had before ([`Design::Lazy`], and [`FloorAfter::EveryNode`]), and the
+//! checker finds their defects (see the tests in [`super`]).
 
 use std::hash::Hash;
 
@@ -52,10 +59,22 @@ pub(super) enum Design {
     Eager,
 }
 
+/// When a settlement without a proof may take the wall-clock floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum FloorAfter {
+    /// Before the availability fix: once every node answered (a name stalls
+    /// for as long as one node is down).
+    EveryNode,
+    /// The shipped protocol: once a quorum answered and the client gave up
+    /// waiting for the others (the round's grace).
+    Quorum,
+}
+
 /// The bounds of one check.
 #[derive(Debug, Clone)]
 pub(super) struct Fenced {
     pub(super) design: Design,
+    pub(super) floor_after: FloorAfter,
     pub(super) nodes: usize,
     pub(super) clients: usize,
     /// Grants the clients may make between them.
@@ -73,12 +92,13 @@ pub(super) struct Fenced {
     /// book forgets a name idle for a while: what it knew of the nodes'
     /// counters and restarts, except a repair still pending).
     pub(super) forgets: u8,
-    /// Claim liveness for a name a client forgot too (it does not hold:
-    /// see `the_model_finds_what_forgetting_costs`).
-    pub(super) live_when_forgotten: bool,
     /// Start from a name fenced once (every counter at 1, seen by both
-    /// clients) instead of a fresh one.
+    /// clients) instead of a fresh one (no counter, clients that never saw
+    /// a node).
     pub(super) fenced_once: bool,
+    /// Nodes down from the start (the name is first fenced without them;
+    /// they may come back).
+    pub(super) down: usize,
     /// Let nodes crash beyond the guarantee's condition (more than
     /// `nodes - required` impaired at once): tokens must still never go
     /// back (the floor takes over), liveness is not claimed.
@@ -227,10 +247,11 @@ pub(super) struct State {
     rounds_left: u8,
     repairs_left: u8,
     forgets_left: u8,
-    /// A client forgot the name once.
-    forgot: bool,
     /// The highest token handed out so far.
     last_token: u64,
+    /// The highest token settled so far (handed out or not): the wall
+    /// clock is past it (the floor's assumption).
+    highest_settled: u64,
     /// A token was handed out that was not above every earlier one.
     inverted: bool,
 }
@@ -315,8 +336,13 @@ impl Model for Fenced {
             repair_seq: 0,
             repair_answers: vec![Answer::None; self.nodes],
         };
+        let mut nodes = vec![node; self.nodes];
+        for node in &mut nodes[..self.down] {
+            node.up = false;
+            node.counter = None;
+        }
         vec![State {
-            nodes: vec![node; self.nodes],
+            nodes,
             clients: vec![client; self.clients],
             net: Vec::new(),
             crashes_left: self.crashes,
@@ -325,8 +351,8 @@ impl Model for Fenced {
             rounds_left: self.rounds,
             repairs_left: self.repairs,
             forgets_left: self.forgets,
-            forgot: false,
             last_token: start.unwrap_or(0),
+            highest_settled: start.unwrap_or(0),
             inverted: false,
         }]
     }
@@ -436,7 +462,6 @@ impl Model for Fenced {
             }
             Action::Forget(c) => {
                 s.forgets_left -= 1;
-                s.forgot = true;
                 let c = &mut s.clients[c as usize];
                 for n in (0..self.nodes).filter(|&n| c.unrepaired & bit(n) == 0) {
                     c.known_epoch[n] = None;
@@ -474,23 +499,19 @@ impl Model for Fenced {
                     <= 1
             }),
             Property::always(
-                "a fenced grant stays possible while a quorum is intact",
+                "a fenced grant stays possible while a quorum is up",
                 |m: &Fenced, s: &State| {
                     let quiet = s.net.is_empty()
                         && s.clients.iter().all(|c| c.phase == Phase::Idle)
                         && m.background_quiet(s);
-                    // A name's first token needs every node to answer (a
-                    // missing counter cannot be told from a lost one): the
-                    // claim is for names fenced once. A client that
-                    // forgot the name no longer repairs it eagerly: a
-                    // restart it had not noticed waits for its next
-                    // grant, so more nodes may be impaired than it
-                    // counts.
-                    !quiet
-                        || s.last_token == 0
-                        || (s.forgot && !m.live_when_forgotten)
-                        || m.impaired_count(s) > m.tolerated()
-                        || m.grant_possible(s)
+                    let up = s.nodes.iter().filter(|n| n.up).count();
+                    // The lazy design was only ever claimed live inside
+                    // the condition, for names fenced once.
+                    let claimed = match m.design {
+                        Design::Lazy => s.last_token > 0 && m.impaired_count(s) <= m.tolerated(),
+                        Design::Eager => true,
+                    };
+                    !quiet || up < m.required() || !claimed || m.grant_possible(s)
                 },
             ),
             Property::sometimes("a token handed out after two restarts", |_, s: &State| {

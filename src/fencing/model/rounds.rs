@@ -152,13 +152,16 @@ impl Fenced {
             Phase::Reading { guess } => {
                 let reports = self.reports(&state.clients[client as usize], &answers);
                 // The floor's assumption: the wall clock is past every
-                // token handed out.
-                let floor = state.last_token + 1;
-                let Some(settled) = rules::settle_token(&reports, nodes, required, guess, floor)
+                // token settled.
+                let floor = state.highest_settled + 1;
+                let waited_out = gave_up && self.floor_after == FloorAfter::Quorum;
+                let Some(settled) =
+                    rules::settle_token(&reports, nodes, required, guess, floor, waited_out)
                 else {
                     return self.end_round(state, client);
                 };
                 let token = settled.token();
+                state.highest_settled = state.highest_settled.max(token);
                 let c = &state.clients[client as usize];
                 // A node known to have restarted is sealed (and so repaired).
                 if token == guess && c.unrepaired == 0 {
