@@ -21,7 +21,7 @@
 //!   answers, settles the token.
 //!
 //! The floor is modelled by its assumption: the wall clock is past every
-//! token settled so far.
+//! token settled so far (handed out, in a client's hands, or on a node).
 //!
 //! Faults follow the guarantee's condition: a node may crash only while the
 //! clients have no background work that could progress (every restart
@@ -249,9 +249,6 @@ pub(super) struct State {
     forgets_left: u8,
     /// The highest token handed out so far.
     last_token: u64,
-    /// The highest token settled so far (handed out or not): the wall
-    /// clock is past it (the floor's assumption).
-    highest_settled: u64,
     /// A token was handed out that was not above every earlier one.
     inverted: bool,
 }
@@ -352,7 +349,6 @@ impl Model for Fenced {
             repairs_left: self.repairs,
             forgets_left: self.forgets,
             last_token: start.unwrap_or(0),
-            highest_settled: start.unwrap_or(0),
             inverted: false,
         }]
     }

@@ -48,6 +48,21 @@ impl Fenced {
         c.seq = c.seq.wrapping_add(1);
     }
 
+    /// The floor's assumption: the wall clock is past every token settled
+    /// so far, whether handed out, still in a client's hands or only on a
+    /// node (derived from the state rather than kept in it: a field would
+    /// multiply the states).
+    fn wall_clock_floor(&self, state: &State) -> u64 {
+        let in_hands = state.clients.iter().filter_map(|c| match c.phase {
+            Phase::Sealing { token } | Phase::Checking { token } | Phase::Holding { token } => {
+                Some(token)
+            }
+            _ => None,
+        });
+        let on_nodes = state.nodes.iter().filter_map(|n| n.counter);
+        in_hands.chain(on_nodes).fold(state.last_token, u64::max) + 1
+    }
+
     pub(super) fn hand_out(&self, state: &mut State, client: u8, token: u64) {
         if token <= state.last_token {
             state.inverted = true;
@@ -151,9 +166,7 @@ impl Fenced {
             }
             Phase::Reading { guess } => {
                 let reports = self.reports(&state.clients[client as usize], &answers);
-                // The floor's assumption: the wall clock is past every
-                // token settled.
-                let floor = state.highest_settled + 1;
+                let floor = self.wall_clock_floor(state);
                 let waited_out = gave_up && self.floor_after == FloorAfter::Quorum;
                 let Some(settled) =
                     rules::settle_token(&reports, nodes, required, guess, floor, waited_out)
@@ -161,10 +174,15 @@ impl Fenced {
                     return self.end_round(state, client);
                 };
                 let token = settled.token();
-                state.highest_settled = state.highest_settled.max(token);
                 let c = &state.clients[client as usize];
-                // A node known to have restarted is sealed (and so repaired).
-                if token == guess && c.unrepaired == 0 {
+                // A node known to have restarted is sealed (and so repaired),
+                // and so is a token the read did not leave on a quorum (a
+                // missing counter stays missing: a new name's).
+                let sealed = answers
+                    .iter()
+                    .filter(|a| matches!(a, Answer::Counter(_, Some(v)) if *v >= token))
+                    .count();
+                if token == guess && c.unrepaired == 0 && sealed >= required {
                     // Nothing was at or above the guess: the read sealed it.
                     self.check_seal(state, client, token, &answers);
                 } else {
