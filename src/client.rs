@@ -16,6 +16,10 @@ use crate::single::{Lock, ReadWriteLock};
 /// Default watchdog timeout (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default idle time after which a multi-node lock's fencing counter
+/// expires: 30 days (see [`ClientBuilder::fencing_counter_expiry`]).
+pub const DEFAULT_FENCING_COUNTER_EXPIRY: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// A lock client: one uuid, one configuration, one watchdog per node.
 ///
 /// Holds made through one client are told apart by their [`Owner`]; two
@@ -48,6 +52,7 @@ pub struct Client {
 pub struct ClientBuilder {
     watchdog_timeout: Duration,
     max_hold: Option<Duration>,
+    fencing_counter_expiry: Option<Duration>,
     id: Option<Uuid>,
 }
 
@@ -73,6 +78,27 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a fenced RedLock's or MultiLock's counter
+    /// (`redisson_lock_token:{name}`, on each node) lives without a grant
+    /// of its name: every settlement and repair renews it (default
+    /// [`DEFAULT_FENCING_COUNTER_EXPIRY`], 30 days; `None`: never, as in
+    /// Redisson). Counters of names used once (`orders:{id}`) then do not
+    /// pile up. A name whose counters expired starts again at the
+    /// wall-clock floor, above every token it had, as a new name does (see
+    /// [`QuorumLock::with_fencing`] for the floor's assumption). From 1 s
+    /// to 10 years; `build()` checks.
+    ///
+    /// A single-node lock's counter ([`Lock::with_fencing`]) never
+    /// expires, whatever this says: it is Redisson's `RFencedLock`
+    /// counter, which a Redisson client sharing the name INCRs without
+    /// renewing, and would restart at 1 once expired. For the same reason,
+    /// set `None` when a Redisson `RFencedLock` fences the same name on one
+    /// of a quorum lock's nodes.
+    pub fn fencing_counter_expiry(mut self, expiry: Option<Duration>) -> Self {
+        self.fencing_counter_expiry = expiry;
+        self
+    }
+
     /// The client's uuid (default: a random v4 uuid). Two clients must never
     /// share one.
     pub fn id(mut self, id: Uuid) -> Self {
@@ -86,7 +112,8 @@ impl ClientBuilder {
     ///
     /// [`Error::InvalidArgument`] when the watchdog timeout is under
     /// [`MIN_LEASE`](crate::MIN_LEASE) or over [`MAX_LEASE`](crate::MAX_LEASE),
-    /// or the maximum hold time is out of bounds.
+    /// or the maximum hold time or the fencing counter expiry is out of
+    /// bounds.
     pub fn build(self) -> Result<Client> {
         // The watchdog timeout is the lease of every hold it renews.
         crate::timing::check_lease(self.watchdog_timeout)
@@ -94,15 +121,28 @@ impl ClientBuilder {
         if let Some(max_hold) = self.max_hold {
             crate::timing::check_max_hold(max_hold)?;
         }
+        if let Some(expiry) = self.fencing_counter_expiry
+            && !(MIN_COUNTER_EXPIRY..=MAX_COUNTER_EXPIRY).contains(&expiry)
+        {
+            return Err(Error::invalid(format!(
+                "fencing counter expiry {expiry:?}: from 1 s to 10 years, or None for never"
+            )));
+        }
         Ok(Client {
             core: ClientCore::new(
                 self.id.unwrap_or_else(Uuid::new_v4).to_string(),
                 self.watchdog_timeout,
                 self.max_hold,
+                self.fencing_counter_expiry,
             ),
         })
     }
 }
+
+/// Bounds of [`ClientBuilder::fencing_counter_expiry`]: shorter than a
+/// second would outrun a settlement; ten years is forever enough.
+const MIN_COUNTER_EXPIRY: Duration = Duration::from_secs(1);
+const MAX_COUNTER_EXPIRY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 impl Client {
     /// A client with default settings and a random uuid.
@@ -117,6 +157,7 @@ impl Client {
         ClientBuilder {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_hold: None,
+            fencing_counter_expiry: Some(DEFAULT_FENCING_COUNTER_EXPIRY),
             id: None,
         }
     }

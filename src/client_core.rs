@@ -28,12 +28,13 @@ impl ClientCore {
         id: String,
         watchdog_timeout: Duration,
         max_hold: Option<Duration>,
+        fencing_counter_expiry: Option<Duration>,
     ) -> Arc<ClientCore> {
         Arc::new(ClientCore {
             id,
             watchdogs: Watchdogs::new(watchdog_timeout),
             max_hold,
-            fencing: Arc::default(),
+            fencing: Arc::new(FenceBook::new(fencing_counter_expiry)),
         })
     }
 

@@ -29,7 +29,7 @@ pub mod testkit;
 /// uses, without a dependency line of its own to keep in step.
 pub use redis;
 
-pub use client::{Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT};
+pub use client::{Client, ClientBuilder, DEFAULT_FENCING_COUNTER_EXPIRY, DEFAULT_WATCHDOG_TIMEOUT};
 pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 pub use guard::Guard;

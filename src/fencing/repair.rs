@@ -226,7 +226,8 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     }
     let written = match value {
         Some(value) => {
-            let raise = protocol::raise_token(target.keys(), value, Missing::Seed);
+            let expiry = book.upgrade().and_then(|book| book.counter_expiry);
+            let raise = protocol::raise_token(target.keys(), value, Missing::Seed, expiry);
             let patience = target.node().response_timeout();
             match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {
                 Ok(Ok(raised)) => Some(raised.after),

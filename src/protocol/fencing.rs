@@ -2,6 +2,7 @@
 //! settles a multi-node lock's token.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::{FromRedisValue, Script};
 
@@ -38,8 +39,10 @@ impl Fencing {
 
 /// KEYS[1] token counter. ARGV[1] minimum. ARGV[2] `1`: create a missing
 /// counter at the minimum (a settled token); `0`: leave it missing.
-/// Reply: `{before (-1 when the counter was missing), after (0 when it
-/// still is)}`.
+/// ARGV[3] the counter's expiry (ms) from now, renewed whenever it exists
+/// after the raise; `0`: none (a counter left as it was keeps no TTL it
+/// did not have). Reply: `{before (-1 when the counter was missing), after
+/// (0 when it still is)}`.
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 pub(super) const RAISE_TOKEN_LUA: &str = r#"
 local before = redis.call('get', KEYS[1])
@@ -47,19 +50,21 @@ local wanted = tonumber(ARGV[1])
 if before and not (string.match(before, '^%d+$') and #before < 19) then
     return redis.error_reply('ERR the fencing counter ' .. KEYS[1] .. ' is not a counter')
 end
+local after = wanted
 if before == false then
     if ARGV[2] ~= '1' then
         return {-1, 0}
     end
-    redis.call('set', KEYS[1], ARGV[1])
-    return {-1, wanted}
+else
+    before = tonumber(before)
+    after = math.max(before, wanted)
 end
-before = tonumber(before)
-if before < wanted then
-    redis.call('set', KEYS[1], ARGV[1])
-    return {before, wanted}
+if ARGV[3] ~= '0' then
+    redis.call('set', KEYS[1], after, 'px', ARGV[3])
+elseif after ~= before then
+    redis.call('set', KEYS[1], after, 'keepttl')
 end
-return {before, before}
+return {before or -1, after}
 "#;
 
 /// What a raise found and left.
@@ -85,12 +90,19 @@ pub(crate) enum Missing {
 }
 
 /// Raise the fencing counter of `keys` to at least `minimum` (multi-node
-/// fencing: the token's settlement).
-pub(crate) fn raise_token(keys: &LockKeys, minimum: u64, missing: Missing) -> Call<Raised> {
+/// fencing: the token's settlement), renewing its expiry (`None`: it has
+/// none).
+pub(crate) fn raise_token(
+    keys: &LockKeys,
+    minimum: u64,
+    missing: Missing,
+    expiry: Option<Duration>,
+) -> Call<Raised> {
     let mut invocation = RAISE_TOKEN.key(&keys.token);
     invocation
         .arg(minimum)
-        .arg(u8::from(missing == Missing::Seed));
+        .arg(u8::from(missing == Missing::Seed))
+        .arg(expiry.map_or(0, |expiry| expiry.as_millis() as u64));
     Call::script(invocation, |reply| {
         let (before, after) = <(i64, i64)>::from_redis_value(reply)?;
         Ok(Raised {

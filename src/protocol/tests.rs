@@ -107,7 +107,11 @@ fn every_script_call(keys: &LockKeys) -> Vec<(&'static str, bool, Sent)> {
         false,
         sent(&renew_batch([("a", "f", false), ("b", "g", true)], second)),
     ));
-    calls.push(("raise", false, sent(&raise_token(keys, 5, Missing::Seed))));
+    calls.push((
+        "raise",
+        false,
+        sent(&raise_token(keys, 5, Missing::Seed, None)),
+    ));
     for spent in [vec![], spent()] {
         calls.push((
             "release",
@@ -348,7 +352,7 @@ fn replies_decode() {
     assert_eq!(release.decode(Value::Nil).unwrap(), Released::NotHeld);
     assert_eq!(release.decode(Value::Int(0)).unwrap(), Released::StillHeld);
     assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);
-    let raise = raise_token(&keys, 5, Missing::Seed);
+    let raise = raise_token(&keys, 5, Missing::Seed, None);
     assert_eq!(
         raise.decode(ints(&[-1, 5])).unwrap(),
         Raised {

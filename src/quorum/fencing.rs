@@ -203,7 +203,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .map(|(index, lock)| async move {
                 let generation = lock.node().generation();
                 let sent_at = tokio::time::Instant::now();
-                let raise = protocol::raise_token(lock.keys(), minimum, missing);
+                let raise =
+                    protocol::raise_token(lock.keys(), minimum, missing, book.counter_expiry);
                 let raised =
                     tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &raise)).await;
                 (index, generation, sent_at, raised.ok().and_then(Result::ok))

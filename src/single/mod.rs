@@ -269,11 +269,14 @@ impl Lock {
     /// `redisson_lock_token:{name}` in the acquire script (Redisson's fenced
     /// lock) and the guard carries the value ([`Guard::fencing_token`](crate::Guard::fencing_token)).
     ///
-    /// The counter has no expiry, as in Redisson: a counter that expired
-    /// would start again from 1, and hand the next holder a token lower than
-    /// ones already used, so the protected resource would refuse its writes
-    /// (or accept an old holder's). One small key per lock name is the
-    /// price. A node that loses its data (a restart without persistence, a
+    /// The counter has no expiry, as in Redisson: a Redisson client
+    /// fencing the same name INCRs it without renewing any expiry, and
+    /// would start an expired counter again from 1, handing the next
+    /// holder a token lower than ones already used, so the protected
+    /// resource would refuse its writes (or accept an old holder's). One
+    /// small key per lock name is the price. (A RedLock's or MultiLock's
+    /// counters, which only this crate writes, expire after an idle time:
+    /// see [`ClientBuilder::fencing_counter_expiry`](crate::ClientBuilder::fencing_counter_expiry).) A node that loses its data (a restart without persistence, a
     /// failover to a replica that missed the INCR) loses the counter too.
     /// Redisson's next token is then 1; here a missing counter starts at
     /// the wall-clock floor (microseconds since the Unix epoch, created in

@@ -16,8 +16,8 @@
 //! connections, and forgotten. Forgetting is safe: the client then knows
 //! the name as one that never fenced it does, which the protocol allows
 //! for. It costs the eager repair of that name's counters after a restart
-//! (the name's next grant repairs them instead), and with it some
-//! availability (see `crate::fencing`'s design notes).
+//! (the name's next grant repairs them instead), and with it the proof
+//! of that grant's token (see `crate::fencing`'s design notes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -114,15 +114,25 @@ pub(crate) struct FenceBook {
     settling: Mutex<HashMap<Arc<str>, usize>>,
     /// [`FORGET_AFTER`], shorter in unit tests.
     forget_after: Duration,
+    /// How long a counter lives without a settlement or repair of its name
+    /// (`None`: for ever): every raise renews it.
+    pub(crate) counter_expiry: Option<Duration>,
 }
 
-impl Default for FenceBook {
-    fn default() -> FenceBook {
+impl FenceBook {
+    pub(crate) fn new(counter_expiry: Option<Duration>) -> FenceBook {
         FenceBook {
             nodes: Mutex::default(),
             settling: Mutex::default(),
             forget_after: FORGET_AFTER,
+            counter_expiry,
         }
+    }
+}
+
+impl Default for FenceBook {
+    fn default() -> FenceBook {
+        FenceBook::new(None)
     }
 }
 

@@ -337,3 +337,4 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 }
 
 mod availability;
+mod expiry;

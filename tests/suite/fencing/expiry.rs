@@ -1,0 +1,101 @@
+//! Fencing counters of multi-node locks expire after an idle time, renewed
+//! by every grant, so names used once do not pile up; a name whose
+//! counters expired goes on above its old tokens.
+
+use std::time::Duration;
+
+use super::{fenced, fenced_grant, nodes};
+use crate::common::*;
+use multilock::testkit::{TestServer, protocol};
+use multilock::{Client, DEFAULT_FENCING_COUNTER_EXPIRY};
+
+fn client_expiring_after(expiry: Option<Duration>) -> Client {
+    Client::builder()
+        .watchdog_timeout(WATCHDOG)
+        .fencing_counter_expiry(expiry)
+        .build()
+        .unwrap()
+}
+
+/// The counter's PTTL on each server (-1: no expiry, -2: none).
+async fn counter_ttls(servers: &[multilock::testkit::RedisProcess], name: &str) -> Vec<i64> {
+    let mut ttls = Vec::new();
+    for server in servers {
+        ttls.push(pttl(&server.url(), &protocol::token_key(name)).await);
+    }
+    ttls
+}
+
+/// By default a counter lives 30 days past the last grant of its name;
+/// `None` keeps it for ever, as Redisson does; a grant renews it.
+#[tokio::test]
+async fn counters_expire_after_the_configured_idle_time() {
+    let servers = servers(3).await;
+    let nodes = nodes(&servers);
+    let month = DEFAULT_FENCING_COUNTER_EXPIRY.as_millis() as i64;
+    fenced_grant(&fenced(&client(), &nodes, "default"), PATIENCE, "default").await;
+    for ttl in counter_ttls(&servers, "default").await {
+        assert!(
+            ttl > month - 60_000 && ttl <= month,
+            "PTTL {ttl}, not 30 days"
+        );
+    }
+    let forever = client_expiring_after(None);
+    fenced_grant(&fenced(&forever, &nodes, "forever"), PATIENCE, "never").await;
+    assert_eq!(counter_ttls(&servers, "forever").await, [-1, -1, -1]);
+
+    let hour = client_expiring_after(Some(Duration::from_secs(3600)));
+    let red = fenced(&hour, &nodes, "renewed");
+    fenced_grant(&red, PATIENCE, "first").await;
+    for server in &servers {
+        let key = protocol::token_key("renewed");
+        run::<()>(&server.url(), redis::cmd("PEXPIRE").arg(&key).arg(60_000))
+            .await
+            .unwrap();
+    }
+    fenced_grant(&red, PATIENCE, "second").await;
+    for ttl in counter_ttls(&servers, "renewed").await {
+        assert!(ttl > 3_500_000, "PTTL {ttl}: the grant did not renew it");
+    }
+}
+
+/// Counters gone with their expiry: the name's next token is above every
+/// token it had (the wall-clock floor), not 1.
+#[tokio::test]
+async fn a_name_whose_counters_expired_goes_on_above_its_old_tokens() {
+    let servers = servers(3).await;
+    let nodes = nodes(&servers);
+    let client = client_expiring_after(Some(Duration::from_secs(1)));
+    let red = fenced(&client, &nodes, "expiring");
+    let mut last = 0;
+    for _ in 0..3 {
+        last = fenced_grant(&red, PATIENCE, "before expiry").await;
+    }
+    for server in &servers {
+        wait_absent(
+            &server.url(),
+            &protocol::token_key("expiring"),
+            PATIENCE,
+            "the counter expired",
+        )
+        .await;
+    }
+    let token = fenced_grant(&red, PATIENCE, "after expiry").await;
+    assert!(token > last, "token {token} after {last}");
+}
+
+/// An expiry under a second, or beyond ten years, is refused.
+#[test]
+fn an_expiry_out_of_bounds_is_refused() {
+    for expiry in [Duration::ZERO, Duration::from_millis(999), Duration::MAX] {
+        let err = Client::builder()
+            .fencing_counter_expiry(Some(expiry))
+            .build()
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(&err, multilock::Error::InvalidArgument(msg) if msg.contains("fencing counter expiry")),
+            "{expiry:?}: {err:?}"
+        );
+    }
+}
