@@ -2,7 +2,9 @@
 //! (SIGCONT), kills (SIGKILL) and restarts (empty) its nodes at random,
 //! never impairing more than its limit at once. In a `rolling` run a
 //! restarted node stays impaired until the clients repaired its fencing
-//! counters.
+//! counters; in a `storm` run it counts as up at once. Every action is
+//! logged, so that a name that waited too long can be set against what the
+//! chaos did meanwhile.
 
 use std::fmt;
 use std::io;
@@ -28,6 +30,9 @@ pub enum Restarts {
     /// A little after the (short) lease, up to two down at once, and
     /// impaired until repaired: fencing counters lost over and over.
     Rolling,
+    /// As `rolling`, but a restarted node is up again at once, repaired or
+    /// not: a name's counters may survive on a single node.
+    Storm,
 }
 
 impl fmt::Display for Restarts {
@@ -36,6 +41,7 @@ impl fmt::Display for Restarts {
             Restarts::Delayed => "delayed",
             Restarts::Immediate => "immediate",
             Restarts::Rolling => "rolling",
+            Restarts::Storm => "storm",
         })
     }
 }
@@ -58,6 +64,17 @@ pub struct ChaosCounts {
     pub repair_time: Option<(Duration, Duration)>,
     /// Repairs still not done [`REPAIR_LIMIT`] after the restart.
     pub repairs_overdue: u64,
+    /// Every action, in order.
+    pub events: Vec<Event>,
+}
+
+/// One chaos action on a node.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub at: Instant,
+    /// The node's port.
+    pub port: u16,
+    pub what: &'static str,
 }
 
 /// A node's state, as the chaos left it.
@@ -106,6 +123,8 @@ pub struct Group {
     kill_chance: f64,
     /// Time between two actions, in ms.
     gap_ms: Range<u64>,
+    /// How long a pause lasts, in ms.
+    pause_ms: Range<u64>,
     counts: Arc<Mutex<ChaosCounts>>,
 }
 
@@ -125,10 +144,15 @@ impl Group {
             max_impaired,
             restarts,
             lease,
-            max_down: if restarts == Restarts::Rolling { 2 } else { 1 },
+            max_down: if matches!(restarts, Restarts::Rolling | Restarts::Storm) {
+                2
+            } else {
+                1
+            },
             fenced_names: Vec::new(),
             kill_chance,
             gap_ms,
+            pause_ms: 200..2_500,
             counts: Arc::new(Mutex::new(ChaosCounts {
                 label,
                 ..ChaosCounts::default()
@@ -142,6 +166,11 @@ impl Group {
         self.fenced_names = names;
     }
 
+    /// Pauses last `ms` (default 0.2–2.5 s).
+    pub fn pauses(&mut self, ms: Range<u64>) {
+        self.pause_ms = ms;
+    }
+
     /// The counts, shared with the task that runs the group.
     pub fn counts(&self) -> Arc<Mutex<ChaosCounts>> {
         self.counts.clone()
@@ -149,6 +178,15 @@ impl Group {
 
     fn count(&self, update: impl FnOnce(&mut ChaosCounts)) {
         update(&mut self.counts.lock().unwrap());
+    }
+
+    fn log(&self, node: usize, what: &'static str) {
+        let event = Event {
+            at: Instant::now(),
+            port: self.servers[node].port(),
+            what,
+        };
+        self.count(|c| c.events.push(event));
     }
 
     /// Plays faults until `stop`, then heals every node (a killed node
@@ -221,11 +259,14 @@ impl Group {
         if rng.random_bool(self.kill_chance) && down < self.max_down {
             self.servers[node].kill().await?;
             self.count(|c| c.kills += 1);
+            self.log(node, "SIGKILL");
             let delay = match self.restarts {
                 Restarts::Delayed => {
                     self.lease + Duration::from_millis(rng.random_range(1_000..3_000))
                 }
-                Restarts::Rolling => self.lease + Duration::from_millis(rng.random_range(200..800)),
+                Restarts::Rolling | Restarts::Storm => {
+                    self.lease + Duration::from_millis(rng.random_range(200..800))
+                }
                 Restarts::Immediate => Duration::ZERO,
             };
             self.states[node] = State::Down {
@@ -238,7 +279,8 @@ impl Group {
         } else {
             self.servers[node].pause().await?;
             self.count(|c| c.pauses += 1);
-            let pause = Duration::from_millis(rng.random_range(200..2_500));
+            self.log(node, "SIGSTOP");
+            let pause = Duration::from_millis(rng.random_range(self.pause_ms.clone()));
             self.states[node] = State::Paused { until: now + pause };
         }
         Ok(())
@@ -249,6 +291,7 @@ impl Group {
             return Ok(());
         };
         self.servers[node].restart().await?;
+        self.log(node, "restarted");
         self.states[node] = if self.fenced_names.is_empty() {
             State::Up
         } else {
@@ -278,6 +321,7 @@ impl Group {
                     self.servers[node].unpause().await?;
                     self.states[node] = State::Up;
                     self.count(|c| c.resumes += 1);
+                    self.log(node, "SIGCONT");
                 }
                 State::Down { until, .. } if until <= now => self.restart(node).await?,
                 State::Repairing {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use multilock::testkit::{Departure, History, Hold, Violation};
 
-use crate::chaos::{ChaosCounts, Restarts};
+use crate::chaos::{ChaosCounts, Event, Restarts};
+use crate::fresh::FreshFigures;
 use crate::plant::{LEAKED_NAME, is_planted};
 use crate::scenario::Scenario;
 use crate::workers::{Kind, Stats};
@@ -17,6 +18,8 @@ use crate::{ROLLING_GAP_LIMIT, Settings};
 /// findings, and what was planted or is expected.
 const PRINT_FINDINGS: usize = 50;
 const PRINT_EXPECTED: usize = 4;
+/// At most this many chaos actions are printed for one long wait.
+const PRINT_CHAOS: usize = 16;
 
 /// One progress line.
 pub fn progress(
@@ -114,9 +117,10 @@ pub fn floor_jumps(holds: &[Hold]) -> usize {
 
 /// The violations, sorted into what was planted, what the mode expects
 /// (`--restarts immediate`: two holders, and the refused writes and tokens
-/// out of order that follow), and findings; and, in a `rolling` run, the
-/// names that went too long without a fenced grant and the repairs that
-/// took too long.
+/// out of order that follow), and findings; and, in a `rolling` or
+/// `storm` run, the names that went too long without a fenced grant and
+/// the repairs that took too long; with `--locks fresh`, the names whose
+/// first grant took too long.
 pub struct Verdict {
     settings: Settings,
     planted: Vec<Violation>,
@@ -134,6 +138,8 @@ pub struct Verdict {
     /// Whether a fair lock's queue was replayed with no entry at all (its
     /// rules then proved nothing).
     queue_unseen: bool,
+    /// What the fresh names showed (`--locks fresh`).
+    fresh: Option<FreshFigures>,
 }
 
 impl Verdict {
@@ -167,6 +173,7 @@ impl Verdict {
             repairs_overdue: chaos.iter().map(|c| c.repairs_overdue).sum(),
             unshared,
             queue_unseen,
+            fresh: None,
         };
         for violation in violations {
             let planted = match &violation {
@@ -197,6 +204,12 @@ impl Verdict {
         verdict
     }
 
+    /// Judges the fresh names too.
+    pub fn with_fresh(mut self, figures: FreshFigures) -> Verdict {
+        self.fresh = Some(figures);
+        self
+    }
+
     fn planted_rules_missing(&self) -> Vec<&'static str> {
         if !self.settings.plant {
             return Vec::new();
@@ -215,9 +228,9 @@ impl Verdict {
     }
 
     /// The names whose longest gap without a fenced grant broke the limit
-    /// of a `rolling` run.
+    /// of a `rolling` or `storm` run.
     fn gaps_over_limit(&self) -> Vec<&str> {
-        if self.settings.restarts != Restarts::Rolling {
+        if !judges_gaps(&self.settings) {
             return Vec::new();
         }
         self.gaps
@@ -241,7 +254,8 @@ impl Verdict {
             && self.gaps_over_limit().is_empty()
             && self.repairs_overdue == 0
             && self.unshared.is_empty()
-            && !self.queue_unseen;
+            && !self.queue_unseen
+            && self.fresh.as_ref().is_none_or(FreshFigures::ok);
         if ok { 0 } else { 1 }
     }
 }
@@ -260,7 +274,7 @@ pub fn summary(
         "\nsummary: {:.0} s of chaos ({:.0} s with healing and the end check), restarts {}, seed {}",
         settings.secs,
         elapsed.as_secs_f64(),
-        settings.restarts,
+        settings.restarts_label(),
         settings.seed
     );
     for kind in scenario.kinds() {
@@ -338,7 +352,7 @@ pub fn summary(
             each.join(", ")
         );
     }
-    if settings.restarts == Restarts::Rolling {
+    if judges_gaps(settings) || verdict.fresh.is_some() {
         println!(
             "  fenced tokens that continued from the wall-clock floor (counters could not prove them): {}",
             floor_jumps(&history.holds())
@@ -349,6 +363,26 @@ pub fn summary(
         println!(
             "  fenced grants: {} went more than {ROLLING_GAP_LIMIT:?} without one while a quorum was up",
             over.join(", ")
+        );
+        for name in over {
+            let (gap, ended) = verdict.gaps[name];
+            print_chaos_during(chaos, history, name, ended.saturating_sub(gap), ended);
+        }
+    }
+    if let Some(fresh) = &verdict.fresh {
+        fresh.print();
+        for (name, wait, began, _) in fresh.slow.iter().take(3) {
+            print_chaos_during(chaos, history, name, *began, *began + *wait);
+        }
+    }
+    if judges_gaps(settings) || verdict.fresh.is_some() {
+        let of_rule = |rule| verdict.findings.iter().filter(|v| v.rule() == rule).count();
+        println!(
+            "  overlaps {}, token inversions {}, refused writes {}, leftover keys {}",
+            of_rule("overlap"),
+            of_rule("token order"),
+            of_rule("rejected write"),
+            of_rule("leftover key")
         );
     }
     family_summary(scenario, history, verdict);
@@ -451,6 +485,76 @@ fn family_summary(scenario: &Scenario, history: &History, verdict: &Verdict) {
             entries.iter().filter(|e| e.departed.is_none()).count()
         );
     }
+}
+
+/// Whether the run judges the time names go without a fenced grant.
+fn judges_gaps(settings: &Settings) -> bool {
+    matches!(settings.restarts, Restarts::Rolling | Restarts::Storm)
+}
+
+/// What the chaos had done to the nodes when `name` began to wait (at
+/// `from`: the nodes not up then, since when), and what it did until `to`
+/// (at most [`PRINT_CHAOS`] actions): why it waited.
+fn print_chaos_during(
+    chaos: &[ChaosCounts],
+    history: &History,
+    name: &str,
+    from: Duration,
+    to: Duration,
+) {
+    let mut events: Vec<(Duration, &Event)> = chaos
+        .iter()
+        .flat_map(|c| &c.events)
+        .map(|e| (history.since_origin(e.at), e))
+        .filter(|(at, _)| *at <= to)
+        .collect();
+    events.sort_by_key(|(at, _)| *at);
+    // Each node's last action before the wait: what state it was in.
+    let mut last: BTreeMap<u16, (Duration, &str)> = BTreeMap::new();
+    for (at, e) in events.iter().filter(|(at, _)| *at <= from) {
+        last.insert(e.port, (*at, e.what));
+    }
+    let impaired: Vec<String> = last
+        .iter()
+        .filter_map(|(port, (at, what))| {
+            let state = match *what {
+                "SIGSTOP" => "paused",
+                "SIGKILL" => "down",
+                // Empty: its counters may still be missing.
+                "restarted" if from.saturating_sub(*at) < Duration::from_secs(5) => {
+                    "restarted empty"
+                }
+                _ => return None,
+            };
+            Some(format!("{port} {state} since {:.2} s", at.as_secs_f64()))
+        })
+        .collect();
+    let during: Vec<String> = events
+        .iter()
+        .filter(|(at, _)| *at > from)
+        .map(|(at, e)| format!("{:.2} s {} {}", at.as_secs_f64(), e.what, e.port))
+        .collect();
+    let shown = during.len().min(PRINT_CHAOS);
+    println!(
+        "    {name} waited {:.2}–{:.2} s; nodes then: {}; chaos meanwhile: {}{}",
+        from.as_secs_f64(),
+        to.as_secs_f64(),
+        if impaired.is_empty() {
+            "all up".to_owned()
+        } else {
+            impaired.join(", ")
+        },
+        if during.is_empty() {
+            "none".to_owned()
+        } else {
+            during[..shown].join(", ")
+        },
+        if during.len() > shown {
+            format!(" ... and {} more", during.len() - shown)
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// `no quorum 3 (first: ...), ...`, or `none`.

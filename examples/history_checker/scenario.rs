@@ -1,5 +1,6 @@
 //! What a run locks: the lock names, and the workers of each kind per
-//! client, per `--locks` and `--restarts` mode.
+//! client, per `--locks` and `--restarts` mode (`--locks fresh` makes up
+//! its names as it goes: see `fresh.rs`).
 
 use std::time::Duration;
 
@@ -33,12 +34,16 @@ pub enum Locks {
     /// Redisson's other kinds: read-write locks and fair locks, alone and
     /// inside RedLocks.
     Family,
+    /// Fenced RedLocks, each acquire on a name nobody used before (twice
+    /// per name), with one RedLock node dead throughout.
+    Fresh,
 }
 
 /// Workers of one kind: the names they lock, and how many per client.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub kind: Kind,
+    /// Empty for [`Kind::Fresh`]: its workers make up their names.
     pub names: &'static [(&'static str, bool)],
     pub workers: usize,
 }
@@ -93,7 +98,19 @@ impl Scenario {
                 ],
                 short_holds: false,
             },
-            (Locks::Classic, Restarts::Rolling) => Scenario {
+            (Locks::Fresh, _) => Scenario {
+                lease: LEASE,
+                plans: &[Plan {
+                    kind: Kind::Fresh,
+                    names: &[],
+                    workers: 6,
+                }],
+                short_holds: true,
+            },
+            // A storm's lease is longer than rolling's: its pauses and
+            // restarts are shaped on it (restarts come lease + 0.2–0.8 s
+            // after the kill).
+            (Locks::Classic, Restarts::Rolling | Restarts::Storm) => Scenario {
                 lease: Duration::from_secs(2),
                 plans: &[Plan {
                     kind: Kind::Red,
@@ -103,6 +120,11 @@ impl Scenario {
                 short_holds: true,
             },
         }
+    }
+
+    /// Whether every acquire is on a fresh name (`--locks fresh`).
+    pub fn fresh(&self) -> bool {
+        self.kinds().any(|k| k == Kind::Fresh)
     }
 
     /// The kinds of lock taken, in the order of the plans.
@@ -139,6 +161,7 @@ impl std::fmt::Display for Locks {
         f.write_str(match self {
             Locks::Classic => "classic",
             Locks::Family => "family",
+            Locks::Fresh => "fresh",
         })
     }
 }

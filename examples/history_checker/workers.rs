@@ -2,19 +2,23 @@
 //! name, in a random way, sometimes cut off mid-acquire; while it holds, it
 //! writes its fencing token to the name's fenced store as long as the guard
 //! says it is valid; every hold and write goes into the history, and every
-//! wait for a fair lock on its own node too.
+//! wait for a fair lock on its own node too. `fresh.rs` runs the workers of
+//! fresh names with the pieces here.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use multilock::testkit::{Access, FencedStore, History, protocol};
-use multilock::{Client, DistributedLock, Error, Guard, Lock, MultiLock, Owner, RedLock, Result};
+use multilock::{
+    Client, DistributedLock, Error, Guard, Lock, MultiLock, Node, Owner, RedLock, Result,
+};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::task::{JoinError, JoinHandle};
 
+use crate::fresh::FreshLog;
 use crate::scenario::Scenario;
 use crate::{NODE_TIMEOUT, NodeSets};
 
@@ -31,6 +35,8 @@ pub enum Kind {
     Fair,
     /// A RedLock of fair locks.
     FairRed,
+    /// A fenced RedLock of reentrant locks on a name never used before.
+    Fresh,
 }
 
 /// A group of nodes: the five RedLock nodes, the three MultiLock nodes,
@@ -50,13 +56,14 @@ impl Kind {
             Kind::ReadWrite => "RW RedLock",
             Kind::Fair => "FairLock",
             Kind::FairRed => "Fair RedLock",
+            Kind::Fresh => "Fresh RedLock",
         }
     }
 
     /// The nodes its locks live on.
     pub fn nodes(self) -> Nodes {
         match self {
-            Kind::Red | Kind::ReadWrite | Kind::FairRed => Nodes::Red,
+            Kind::Red | Kind::ReadWrite | Kind::FairRed | Kind::Fresh => Nodes::Red,
             Kind::Multi => Nodes::Multi,
             Kind::Fair => Nodes::Fair,
         }
@@ -119,11 +126,13 @@ pub struct Shared {
     pub stats: Arc<Stats>,
     pub store_url: String,
     pub scenario: Scenario,
+    /// Each fresh name's attempts and grants (`--locks fresh`).
+    pub fresh: FreshLog,
 }
 
 /// A RedLock, a MultiLock or a lock of one node.
 #[derive(Clone)]
-enum AnyLock {
+pub enum AnyLock {
     Red(RedLock),
     Multi(MultiLock),
     Single(Lock),
@@ -131,10 +140,10 @@ enum AnyLock {
 
 /// One name a worker locks: its locks (a read-write lock's read and write
 /// locks; one lock otherwise), and the fenced store its fenced holds write.
-struct Target {
-    name: &'static str,
-    locks: Vec<(AnyLock, Access)>,
-    store: Option<FencedStore>,
+pub struct Target {
+    pub name: Arc<str>,
+    pub locks: Vec<(AnyLock, Access)>,
+    pub store: Option<FencedStore>,
 }
 
 /// How an acquire is made; `Some(lease)` or the watchdog.
@@ -146,13 +155,13 @@ enum How {
 
 /// How an acquire is cut off.
 #[derive(Debug, Clone, Copy)]
-enum Cut {
+pub enum Cut {
     Timeout,
     Abort,
     Stop,
 }
 
-enum Outcome {
+pub enum Outcome {
     Granted(Guard),
     NotGranted,
     Failed(Error),
@@ -174,10 +183,14 @@ pub struct Worker {
     kind: Kind,
     /// Its hash field, `<client-uuid>:<owner>`: how a fair queue names it.
     field: String,
-    label: String,
+    pub label: String,
     targets: Vec<Target>,
-    shared: Arc<Shared>,
+    pub shared: Arc<Shared>,
     rng: StdRng,
+    /// What a worker of fresh names makes its locks with.
+    client: Client,
+    red_nodes: Vec<Node>,
+    owner: Owner,
 }
 
 impl Worker {
@@ -209,7 +222,8 @@ impl Worker {
                 }))
             };
             let locks = match kind {
-                Kind::Red => {
+                // A fresh worker has no fixed names: see fenced_red_target.
+                Kind::Red | Kind::Fresh => {
                     let lock = client
                         .red_lock_on(&nodes.red, name)?
                         .with_owner(owner.clone());
@@ -261,7 +275,11 @@ impl Worker {
                 }
             };
             let store = fenced.then(|| FencedStore::new(&shared.store_url, store_key(name)));
-            targets.push(Target { name, locks, store });
+            targets.push(Target {
+                name: name.into(),
+                locks,
+                store,
+            });
         }
         Ok(Worker {
             kind,
@@ -270,46 +288,74 @@ impl Worker {
             targets,
             shared,
             rng,
+            client: client.clone(),
+            red_nodes: nodes.red.clone(),
+            owner,
+        })
+    }
+
+    /// A fenced RedLock of `name` on the RedLock nodes, with its fenced
+    /// store: what a worker of fresh names takes, one name after another.
+    pub fn fenced_red_target(&self, name: String) -> Result<Target> {
+        let lock = self
+            .client
+            .red_lock_on(&self.red_nodes, name.as_str())?
+            .with_owner(self.owner.clone())
+            .with_fencing();
+        Ok(Target {
+            store: Some(FencedStore::new(&self.shared.store_url, store_key(&name))),
+            name: name.into(),
+            locks: vec![(AnyLock::Red(lock), Access::Exclusive)],
         })
     }
 
     /// Acquires and holds until `stop`; a hold under way when it comes is
     /// finished and released.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        if self.kind == Kind::Fresh {
+            return crate::fresh::run(self, stop).await;
+        }
         while !*stop.borrow() {
             let target = self.rng.random_range(0..self.targets.len());
-            let how = self.pick_how();
-            let cut = self.pick_cut();
             let (lock, access) = self.pick_lock(target);
             let started = Instant::now();
-            let outcome = tokio::select! {
-                outcome = attempt(lock, how, cut) => outcome,
-                _ = stop.wait_for(|stopped| *stopped) => Outcome::Cut(Cut::Stop),
-            };
+            let outcome = self.acquire(lock, &mut stop).await;
             if self.kind == Kind::Fair {
-                let name = self.targets[target].name;
+                let name = &self.targets[target].name;
                 self.shared
                     .history
                     .waited(name, &self.field, &self.label, started);
             }
-            match outcome {
-                Outcome::Granted(guard) => self.hold(target, access, guard).await,
-                Outcome::NotGranted => self.count(|c| c.not_granted += 1),
-                Outcome::Failed(err) => {
-                    let kind = error_kind(&err);
-                    self.count(|c| {
-                        c.errors
-                            .entry(kind)
-                            .or_insert_with(|| (0, err.to_string()))
-                            .0 += 1;
-                    });
-                    // A failed bounded wait: don't spin.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Outcome::Cut(Cut::Timeout) => self.count(|c| c.cut_timeout += 1),
-                Outcome::Cut(Cut::Abort) => self.count(|c| c.cut_abort += 1),
-                Outcome::Cut(Cut::Stop) => self.count(|c| c.cut_stop += 1),
+            let store = self.targets[target].store.clone();
+            self.conclude(outcome, access, store).await;
+        }
+    }
+
+    /// One acquire of `lock`, made in a way picked at random, cut off as
+    /// picked or by the stop.
+    pub async fn acquire(&mut self, lock: AnyLock, stop: &mut watch::Receiver<bool>) -> Outcome {
+        let how = self.pick_how();
+        let cut = self.pick_cut();
+        tokio::select! {
+            outcome = attempt(lock, how, cut) => outcome,
+            _ = stop.wait_for(|stopped| *stopped) => Outcome::Cut(Cut::Stop),
+        }
+    }
+
+    /// What follows an acquire: the hold (writing to `store` while valid)
+    /// and its release, or the count of what went wrong.
+    pub async fn conclude(&mut self, outcome: Outcome, access: Access, store: Option<FencedStore>) {
+        match outcome {
+            Outcome::Granted(guard) => self.hold(store, access, guard).await,
+            Outcome::NotGranted => self.count(|c| c.not_granted += 1),
+            Outcome::Failed(err) => {
+                self.count(|c| tally(&mut c.errors, &err));
+                // A failed bounded wait: don't spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            Outcome::Cut(Cut::Timeout) => self.count(|c| c.cut_timeout += 1),
+            Outcome::Cut(Cut::Abort) => self.count(|c| c.cut_abort += 1),
+            Outcome::Cut(Cut::Stop) => self.count(|c| c.cut_stop += 1),
         }
     }
 
@@ -375,7 +421,7 @@ impl Worker {
 
     /// Holds for a while, writing the token while the guard is valid, then
     /// unlocks (or drops the guard).
-    async fn hold(&mut self, target: usize, access: Access, guard: Guard) {
+    async fn hold(&mut self, store: Option<FencedStore>, access: Access, guard: Guard) {
         let history = self.shared.history.clone();
         let id = history.granted_as(&guard, access, self.kind.label(), &self.label);
         let fenced = guard.fencing_token().is_some();
@@ -391,8 +437,7 @@ impl Worker {
                 self.count(|c| c.ended_early += 1);
                 break;
             }
-            if let (Some(store), Some(token)) = (&self.targets[target].store, guard.fencing_token())
-            {
+            if let (Some(store), Some(token)) = (&store, guard.fencing_token()) {
                 let sent = Instant::now();
                 match store.write(token, &self.label).await {
                     Ok(accepted) => {

@@ -23,17 +23,26 @@
 //!   fresh clients, and a client forgetting a name between its grants),
 //!   and the book and its tasks hold nodes weakly, so a service fencing
 //!   one name per order does not grow, and a dropped node is let go. The
-//!   cost: a forgotten name is repaired by its next grant, not eagerly
-//!   (`the_model_finds_what_forgetting_costs`).
+//!   cost: a forgotten name is repaired by its next grant, not eagerly, so
+//!   that grant may need the floor.
 //! - **Beyond the condition, the wall-clock floor, not an error.** When
 //!   too few intact counters remain to prove a token, a typed error would
 //!   leave the lock unusable until an operator acts, and a retry could
 //!   never succeed (the information is gone). The floor (µs since the Unix
 //!   epoch, and above every counter read) keeps tokens increasing under a
 //!   stated assumption (fewer than one grant per microsecond, clients'
-//!   clocks closer than the time since the last floor), needs every node
-//!   to answer, and is logged as a warning. A name's first grant starts
-//!   there too, so a client that never saw a name cannot restart it at 1.
+//!   clocks closer than the time since the name's last token), and is
+//!   logged as a warning. A name's first grant starts there too, so a
+//!   client that never saw a name cannot restart it at 1.
+//! - **The floor from a quorum, after a grace; never from every node.**
+//!   Waiting for every node protected only against a clock-skewed counter
+//!   on the nodes that did not answer (every earlier token sits on a
+//!   quorum, which shares a node with the answers), and it cost a name
+//!   for as long as one node was down: a new name got no grant with one
+//!   master dead, and a name whose counters survived on one node stalled
+//!   for tens of seconds under restarts. The grace (the round's: twice the
+//!   time the quorum took) keeps the floor above every counter whenever
+//!   every node is merely slower, not gone.
 
 mod book;
 mod repair;

@@ -196,8 +196,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
     /// This lock with fencing tokens ([`Guard::fencing_token`]).
     ///
-    /// Each node keeps a counter, `redisson_lock_token:{name}`, with no
-    /// expiry (see [`Lock::with_fencing`] for why). A won round settles
+    /// Each node keeps a counter, `redisson_lock_token:{name}`, which
+    /// expires when no grant of the name renewed it for
+    /// [`ClientBuilder::fencing_counter_expiry`] (30 days by default: the
+    /// name then starts again at the wall-clock floor). A won round settles
     /// the token before it returns the guard: it reads every node's counter
     /// (raising it to one above the highest counter its grants reported),
     /// takes a value above every counter read, has a quorum of nodes hold
@@ -218,23 +220,27 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// **When tokens strictly increase:** proven by the counters, as long
     /// as at most `nodes - quorum` nodes lose their counters between two
     /// completed repairs (2 of 5 for a RedLock; a MultiLock, every node of
-    /// which holds every token, needs one intact node), and fenced grants
-    /// go on while a quorum of intact nodes answers. The protocol is model-checked
-    /// (`src/fencing/model/`). **Beyond that** the information is gone,
-    /// and the token does not fall back: a round that cannot prove a token
-    /// waits until every node answers and then takes the wall-clock floor
-    /// (microseconds since the Unix epoch, and above every counter read),
-    /// logging a warning for a name this client had fenced. No earlier
-    /// token exceeds the floor unless the name was granted more than once
-    /// per microsecond, or clients' clocks disagree by more than the time
-    /// since the previous floor. A name's first fenced grant takes the
-    /// floor too, so it needs every node to answer.
+    /// which holds every token, needs one intact node). **Beyond that**
+    /// (a new name, counters lost on more nodes, a client that cannot tell
+    /// a restart), the token does not fall back: a round that cannot prove
+    /// one takes the wall-clock floor (microseconds since the Unix epoch,
+    /// and above every counter read) once a quorum answered and the others
+    /// had the round's grace, logging a warning for a name this client had
+    /// fenced. No earlier token exceeds the floor unless the name was
+    /// granted more than once per microsecond, or clients' clocks disagree
+    /// by more than the time since its previous token.
+    ///
+    /// **Availability:** fenced grants go on while a quorum of nodes
+    /// answers, inside the proof and beyond it; a dead minority never
+    /// stalls a name, new or not. The protocol, both properties and this
+    /// one are model-checked (`src/fencing/model/`).
     ///
     /// Build the parts without their own fencing: [`Client::red_lock`]
     /// refuses parts made with [`Lock::with_fencing`] (their single-node
     /// counters would count as witnesses).
     ///
     /// [`Client::red_lock`]: crate::Client::red_lock
+    /// [`ClientBuilder::fencing_counter_expiry`]: crate::ClientBuilder::fencing_counter_expiry
     #[must_use = "this returns a new handle and leaves the original as it was"]
     pub fn with_fencing(&self) -> Self {
         Self {

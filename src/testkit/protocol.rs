@@ -277,12 +277,14 @@ pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
 }
 
 /// The fencing counter raise of a settled token (a missing counter is
-/// created at `minimum`). Reply: `[before (-1: missing), after]`.
+/// created at `minimum`), with no expiry. Reply: `[before (-1: missing),
+/// after]`.
 pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
     script(wire::raise_token(
         &LockKeys::new(name),
         minimum,
         wire::Missing::Seed,
+        None,
     ))
 }
 
