@@ -523,15 +523,23 @@ impl Model for Fenced {
 /// Checks every state within the bounds, depth first (a breadth-first
 /// queue of states this size does not fit in memory), on two threads,
 /// reporting progress on stderr. It stops once `finish` holds of the
-/// properties found failing.
-pub(super) fn check(model: Fenced, finish: stateright::HasDiscoveries) -> impl Checker<Fenced> {
+/// properties found failing, or (with `cap`) once it visited that many
+/// states.
+pub(super) fn check(
+    model: Fenced,
+    finish: stateright::HasDiscoveries,
+    cap: Option<usize>,
+) -> impl Checker<Fenced> {
     let mut stderr = std::io::stderr();
     let mut reporter = stateright::report::WriteReporter::new(&mut stderr);
-    model
+    let checker = model
         .checker()
         .threads(2)
         .symmetry_fn(canonical)
-        .finish_when(finish)
-        .spawn_dfs()
-        .join_and_report(&mut reporter)
+        .finish_when(finish);
+    let checker = match cap {
+        Some(states) => checker.target_state_count(states),
+        None => checker,
+    };
+    checker.spawn_dfs().join_and_report(&mut reporter)
 }
