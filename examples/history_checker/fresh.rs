@@ -18,7 +18,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{History, Leftover, PollLimit, RedisProcess, TestServer};
+use multilock::testkit::{History, Leftover, PollLimit, RedisProcess, TestServer, connect_all};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use redis::aio::MultiplexedConnection;
@@ -210,15 +210,7 @@ pub struct Scanned {
 /// has passed (background releases and rollbacks may still be under way),
 /// and returns what remains then, with what the last scan skipped.
 pub async fn leftovers(urls: &[String], settle: Duration) -> io::Result<(Vec<Leftover>, Scanned)> {
-    let mut connections = Vec::with_capacity(urls.len());
-    for url in urls {
-        let connection = redis::Client::open(url.as_str())
-            .map_err(io::Error::other)?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(io::Error::other)?;
-        connections.push((url, connection));
-    }
+    let mut connections = connect_all(urls).await?;
     let poll = PollLimit::new(settle);
     loop {
         let mut found = Vec::new();

@@ -59,7 +59,8 @@ pub use containers::{RedisContainer, Side};
 pub use fencing::FencedStore;
 pub use history::{
     Access, Departure, FencedWrite, History, Hold, HoldId, Leftover, Outlived, Overtaking,
-    QUEUE_GRACE, QueueEntry, QueueMonitor, Violation, Wait, check, leftover_keys, shared_overlaps,
+    QUEUE_GRACE, QueueEntry, QueueMonitor, Violation, Wait, check, connect_all, leftover_keys,
+    shared_overlaps,
 };
 pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;

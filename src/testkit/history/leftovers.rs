@@ -81,15 +81,7 @@ pub async fn leftover_keys(
     names: &[String],
     settle: Duration,
 ) -> io::Result<Vec<Leftover>> {
-    let mut connections = Vec::with_capacity(urls.len());
-    for url in urls {
-        let connection = redis::Client::open(url.as_str())
-            .map_err(io::Error::other)?
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(io::Error::other)?;
-        connections.push((url, connection));
-    }
+    let mut connections = connect_all(urls).await?;
     let poll = PollLimit::new(settle);
     loop {
         let mut found = Vec::new();
@@ -120,6 +112,25 @@ pub async fn leftover_keys(
 type Found = Vec<(String, Vec<(String, String)>, Option<Duration>)>;
 
 /// Every key of lock `name` on one node, with its content and TTL.
+/// One connection to each of `urls`, with its URL: what an end check of
+/// the nodes' keys reads through.
+///
+/// # Errors
+///
+/// When a node cannot be reached.
+pub async fn connect_all(urls: &[String]) -> io::Result<Vec<(&String, MultiplexedConnection)>> {
+    let mut connections = Vec::with_capacity(urls.len());
+    for url in urls {
+        let connection = redis::Client::open(url.as_str())
+            .map_err(io::Error::other)?
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(io::Error::other)?;
+        connections.push((url, connection));
+    }
+    Ok(connections)
+}
+
 async fn keys_of(connection: &mut MultiplexedConnection, name: &str) -> redis::RedisResult<Found> {
     let (queue, deadlines) = (redisson_fair::queue(name), redisson_fair::timeouts(name));
     #[allow(clippy::type_complexity)]
