@@ -7,7 +7,7 @@
 //! refused, the node is *suspect*: requests to it fail at once, with nothing
 //! sent ([`Unavailable::Suspect`](crate::Unavailable::Suspect)), while one
 //! probe per node (a PING on a fresh connection, after 20 ms, then backing
-//! off to 2 s) decides when it answers again (a probe that ended with its
+//! off to 500 ms) decides when it answers again (a probe that ended with its
 //! runtime, or stalled on one nobody drives, is started again by the next
 //! request). Any request that does get an answer also clears the
 //! suspicion. Each change is logged once, at `warn` when a node becomes
@@ -24,7 +24,7 @@ use crate::running::{Alive, Running};
 /// First pause before probing a suspect node.
 const FIRST_PROBE: Duration = Duration::from_millis(20);
 /// Longest pause between two probes.
-const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long no request may meet a condition before an answer ends it.
 const CONDITION_QUIET: Duration = Duration::from_secs(1);
@@ -77,6 +77,9 @@ pub(crate) struct HealthState {
     /// `OOM`, `MISCONF`, `LOADING`, ...), from its first such answer until
     /// an answer without it after a quiet spell.
     condition: Mutex<Option<Condition>>,
+    /// Bumped at every recovery: retries waiting out a pause go at once
+    /// ([`super::retry::RetryPause`]).
+    recoveries: tokio::sync::watch::Sender<u64>,
 }
 
 impl HealthState {
@@ -96,6 +99,7 @@ impl HealthState {
             probe: Running::new(),
             conditioned: AtomicBool::new(false),
             condition: Mutex::new(None),
+            recoveries: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -199,6 +203,12 @@ impl HealthState {
         }
     }
 
+    /// Follows the node's recoveries: changes whenever it stops being
+    /// suspect.
+    pub(crate) fn recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.recoveries.subscribe()
+    }
+
     /// A request got an answer, or a probe did: the node is healthy.
     pub(crate) fn recovered(&self) {
         if !self.is_suspect() {
@@ -210,6 +220,7 @@ impl HealthState {
             since.take()
         };
         if let Some(since) = since {
+            self.recoveries.send_modify(|n| *n += 1);
             crate::metrics::health_changed(&self.addr, false);
             tracing::info!(node = %self.addr, suspect_for_ms = since.elapsed().as_millis() as u64, "node answers again");
         }

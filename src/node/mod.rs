@@ -10,6 +10,7 @@ mod health;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod poller;
 mod pool;
+mod retry;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod subscriber;
@@ -31,8 +32,8 @@ pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
 pub(crate) use pool::ServerIdentity;
+pub(crate) use retry::RetryPause;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
-pub(crate) use target::next_switch;
 
 /// Default number of pooled command connections per node.
 pub const DEFAULT_POOL_SIZE: usize = 8;
@@ -266,11 +267,15 @@ impl Node {
         self.inner.server.generation()
     }
 
-    /// Follows where the node's requests go: a Sentinel node's switches of
-    /// primary, a Cluster node's slots changing hands; `None` for a
-    /// standalone server. See [`target::next_switch`].
-    pub(crate) fn moves(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.target.switches()
+    /// The pauses between tries of a request about `lane`'s lock that must
+    /// reach the node in the end, cut short when the node moves or answers
+    /// again (see [`RetryPause`]).
+    pub(crate) fn retry_pause(&self, lane: Lane) -> RetryPause {
+        let serving = self.serving(lane).unwrap_or_else(|| self.clone());
+        RetryPause::new(
+            self.inner.target.switches(),
+            serving.inner.health.recoveries(),
+        )
     }
 
     /// Registers a waiter on `channel` if this node's shared subscription

@@ -16,7 +16,7 @@ use crate::error::{Error, Result, Unavailable};
 use crate::finish_on_drop::FinishOnDrop;
 use crate::guard::Guard;
 use crate::metrics;
-use crate::node::{AfterSubscribing as Next, Conn, next_switch};
+use crate::node::{AfterSubscribing as Next, Conn};
 use crate::owner::Owner;
 use crate::protocol::{self, Acquired};
 use crate::timing;
@@ -591,11 +591,10 @@ impl Undo {
         let node = lock.node().clone();
         let patience = node.response_timeout();
         let mut conn = self.conn;
-        let mut backoff = Duration::from_millis(50);
-        // A failover or a slot changing hands ends the pause: the rollback
-        // can go to the new primary at once (later requests of this owner
-        // wait for it).
-        let mut moves = node.moves();
+        // A failover, a slot changing hands or the node answering again
+        // ends the pause: later requests of this owner wait for the
+        // rollback.
+        let mut pause = node.retry_pause(lock.lane());
         loop {
             // Counted afresh for every later try: holds taken meanwhile count.
             let known_holds = counted
@@ -608,13 +607,9 @@ impl Undo {
             };
             match lock.traced_release(async { attempt }).await {
                 Ok(_) | Err(Error::NotHeld { .. }) => return,
-                Err(err) if Instant::now() + backoff < give_up_at => {
+                Err(err) if Instant::now() + pause.next() < give_up_at => {
                     tracing::debug!(error = %err, "rollback failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff) => {}
-                        () = next_switch(&mut moves) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    pause.wait(pause.next()).await;
                 }
                 Err(err) => {
                     tracing::warn!(

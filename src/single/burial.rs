@@ -10,12 +10,9 @@
 //! owner's requests of that field on that node stay held back (the
 //! caller's `PendingRollback`) until the server answered it.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use super::Lock;
-use crate::node::next_switch;
 use crate::protocol;
 use crate::timing;
 
@@ -30,26 +27,20 @@ impl Lock {
         let give_up_at = sent_at + timing::BURIAL;
         let node = self.node();
         let call = protocol::bury(latch, timing::BURIAL);
-        let mut backoff = Duration::from_millis(50);
-        // A failover or a slot changing hands: the new primary at once.
-        let mut moves = node.moves();
+        // A failover, a slot changing hands, the node answering again: at
+        // once.
+        let mut pause = node.retry_pause(self.lane());
         loop {
             match node.run(self.lane(), &call).await {
                 Ok(()) => {
                     tracing::info!(lock = %self.name(), node = %node.addr(), "a release or rollback given up is buried: a late copy of it changes nothing");
                     return;
                 }
-                Err(err) if err.is_permanent() || Instant::now() + backoff >= give_up_at => {
+                Err(err) if err.is_permanent() || Instant::now() + pause.next() >= give_up_at => {
                     tracing::warn!(lock = %self.name(), node = %node.addr(), error = %err, "burying a release or rollback given up failed; a late copy of it could still take its owner's next hold there");
                     return;
                 }
-                Err(_) => {
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff) => {}
-                        () = next_switch(&mut moves) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
+                Err(_) => pause.wait(pause.next()).await,
             }
         }
     }

@@ -93,7 +93,7 @@ impl Lock {
         let give_up_by = tokio::time::Instant::now() + self.queue_wait(queue);
         let lock = self.clone();
         tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(50);
+            let mut pause = lock.node().retry_pause(lock.lane());
             // What the last try met, logged once per change, not per try.
             let mut failing = None;
             loop {
@@ -101,15 +101,14 @@ impl Lock {
                     Ok(_) => return,
                     Err(err)
                         if !err.is_permanent()
-                            && tokio::time::Instant::now() + backoff < give_up_by =>
+                            && tokio::time::Instant::now() + pause.next() < give_up_by =>
                     {
                         let seen = err.to_string();
                         if failing.as_ref() != Some(&seen) {
                             tracing::debug!(lock = %lock.name(), error = %seen, "leaving the fair queue failed; retrying");
                             failing = Some(seen);
                         }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        pause.wait(pause.next()).await;
                     }
                     Err(err) => {
                         tracing::warn!(lock = %lock.name(), node = %lock.node().addr(), error = %err, "a waiter could not leave the fair queue; it goes when its turn's deadline passes");

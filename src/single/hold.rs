@@ -15,7 +15,7 @@ use super::Lock;
 use crate::error::{Error, Result};
 use crate::finish_on_drop::{FinishOnDrop, KeepWhileAbandoned};
 use crate::metrics;
-use crate::node::{Conn, next_switch};
+use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
 use crate::timing;
 use crate::watchdog::{PendingRollback, Record, Registration};
@@ -247,8 +247,7 @@ async fn finish_release(
     _pending: PendingRollback,
 ) {
     let give_up_at = sent_at + timing::ROLLBACK_WINDOW;
-    let mut backoff = Duration::from_millis(50);
-    let mut moves = lock.node().moves();
+    let mut pause = lock.node().retry_pause(lock.lane());
     // What the last try met, logged once per change, not per try.
     let mut failing = None;
     loop {
@@ -282,11 +281,7 @@ async fn finish_release(
                 // this try is left to queue behind, so the next one takes
                 // the connection the node gives then.
                 conn = None;
-                tokio::select! {
-                    () = tokio::time::sleep(backoff.min(left)) => {}
-                    () = next_switch(&mut moves) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                pause.wait(left).await;
             }
         }
     }

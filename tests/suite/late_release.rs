@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer, poll_until};
-use multilock::{Node, Owner};
+use multilock::{Health, Node, Owner};
 
 /// A release whose node was down is sent again in the background once the
 /// node is back (restarted empty: the release's latch is gone with it). The
@@ -40,6 +40,47 @@ async fn a_release_retried_after_a_restart_never_releases_the_next_hold() {
         );
         again.unlock().await.unwrap();
     }
+}
+
+/// A release retried in the background while its node is down goes out as
+/// soon as the node answers again, not after the rest of a pause grown
+/// while it was down: until it lands, its owner's next request on the node
+/// waits for it (a RedLock part there times out meanwhile, and the node is
+/// suspected again). Each round keeps the node down long enough for every
+/// pause to grow to its longest (2 s), a different time each round so the
+/// pauses and the node's return fall differently.
+#[tokio::test]
+async fn a_release_retried_in_the_background_goes_out_once_the_node_answers() {
+    /// Longer than the pauses take to grow to their longest (about 3 s).
+    const DOWN_MS: [u64; 3] = [4_000, 4_700, 5_300];
+    /// Far above a round trip, far below the longest pause.
+    const PROMPT: Duration = Duration::from_millis(300);
+    let mut server = server().await;
+    let node = node(&server);
+    let lock = client().lock(&node, "lazarus:prompt").unwrap();
+    let mut late = Vec::new();
+    for (round, down) in DOWN_MS.into_iter().enumerate() {
+        let held = lock.lock_with_lease(LONG_LEASE).await.unwrap();
+        server.kill().await.unwrap();
+        assert!(held.unlock().await.unwrap_err().is_node_unavailable());
+        // Not a condition to poll for: the time the pauses need to grow.
+        tokio::time::sleep(Duration::from_millis(down)).await;
+        server.restart().await.unwrap();
+        poll_until(
+            PATIENCE,
+            || format!("round {round}: the node never answered a probe"),
+            || async { (node.health() == Health::Healthy).then_some(()) },
+        )
+        .await
+        .unwrap();
+        let answered = Instant::now();
+        background_release_ran(&server.url(), round).await;
+        late.push(answered.elapsed());
+    }
+    assert!(
+        late.iter().all(|after| *after < PROMPT),
+        "the retried releases reached the node {late:?} after it answered again"
+    );
 }
 
 /// The same through a RedLock, whose unlock returns once a quorum released
