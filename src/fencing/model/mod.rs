@@ -4,8 +4,9 @@
 //! that can land in any order, or be lost (its reply reaches the client as
 //! it lands: a client acts on what it hears, in the order requests landed;
 //! an answer it stopped waiting for is stale whenever it comes); nodes crash
-//! (losing their counters and lock keys) and come back empty under a new
-//! epoch (their `run_id`); a client may give up on answers still on their
+//! (losing their counters and lock keys) and come back under a new epoch
+//! (their `run_id`), empty or with the counter of a snapshot they took
+//! earlier (a restart from a stale dump); a client may give up on answers still on their
 //! way at any moment (its timeouts), and a holder's lease may end at any
 //! moment. The clients decide with the crate's own rules
 //! ([`super::rules`]). Properties:
@@ -79,8 +80,13 @@ pub(super) struct Fenced {
     pub(super) clients: usize,
     /// Grants the clients may make between them.
     pub(super) grants: u8,
-    /// Node crashes (each loses the node's data).
+    /// Node crashes (each loses the node's data, back to its last
+    /// snapshot if it took one).
     pub(super) crashes: u8,
+    /// Snapshots the nodes may take between them: a node that crashes
+    /// comes back with the counter of its last one (a restart from a
+    /// stale dump), not empty.
+    pub(super) snapshots: u8,
     /// Messages the network may lose.
     pub(super) drops: u8,
     /// Rounds the clients may start between them (each INCRs counters:
@@ -126,6 +132,8 @@ pub(super) struct Node {
     up: bool,
     epoch: u8,
     counter: Option<u64>,
+    /// The counter of its last snapshot, what a restart brings back.
+    saved: Option<u64>,
     /// The lock's holds here, `(client, round)`, all of one client (its
     /// hash field: one hold per acquire that landed; a rollback or a
     /// release names its round and takes that hold only).
@@ -247,6 +255,7 @@ pub(super) struct State {
     rounds_left: u8,
     repairs_left: u8,
     forgets_left: u8,
+    snapshots_left: u8,
     /// The highest token handed out so far.
     last_token: u64,
     /// A token was handed out that was not above every earlier one.
@@ -269,6 +278,8 @@ pub(super) enum Action {
     StartRepair(u8, u8),
     /// The idle client forgets the name, but for the repairs it still owes.
     Forget(u8),
+    /// The node saves its data: a later crash brings it back to this.
+    Snapshot(u8),
     Crash(u8),
     Revive(u8),
 }
@@ -317,6 +328,7 @@ impl Model for Fenced {
             up: true,
             epoch: 0,
             counter: start,
+            saved: None,
             holds: Vec::new(),
             crashed_holds: Vec::new(),
         };
@@ -348,6 +360,7 @@ impl Model for Fenced {
             rounds_left: self.rounds,
             repairs_left: self.repairs,
             forgets_left: self.forgets,
+            snapshots_left: self.snapshots,
             last_token: start.unwrap_or(0),
             inverted: false,
         }]
@@ -407,6 +420,9 @@ impl Model for Fenced {
             }
         }
         for (n, node) in state.nodes.iter().enumerate() {
+            if node.up && state.snapshots_left > 0 && node.saved != node.counter {
+                actions.push(Action::Snapshot(n as u8));
+            }
             if node.up {
                 let impaired_after =
                     self.impaired_count(state) + usize::from(!self.impaired(state, n));
@@ -473,9 +489,15 @@ impl Model for Fenced {
                 // Requests still queued on its connections die with it.
                 s.net.retain(|m| m.node != n);
             }
+            Action::Snapshot(n) => {
+                let node = &mut s.nodes[n as usize];
+                node.saved = node.counter;
+                s.snapshots_left -= 1;
+            }
             Action::Revive(n) => {
                 let node = &mut s.nodes[n as usize];
                 node.up = true;
+                node.counter = node.saved;
                 node.epoch += 1;
                 node.crashed_holds.clear();
             }

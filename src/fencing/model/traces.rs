@@ -142,7 +142,7 @@ fn rename(state: &State, nodes_to: &[usize], clients_to: &[usize]) -> State {
 }
 
 /// A path, one line per step: the action, then each node (`*` down,
-/// epoch, counter, holds) and each client (phase, unrepaired nodes).
+/// epoch, counter, its snapshot's counter if it took one, holds) and each client (phase, unrepaired nodes).
 pub(in crate::fencing) fn describe(path: stateright::Path<State, Action>) -> String {
     let mut lines = Vec::new();
     for (state, action) in path.into_vec() {
@@ -151,10 +151,11 @@ pub(in crate::fencing) fn describe(path: stateright::Path<State, Action>) -> Str
             .iter()
             .map(|n| {
                 format!(
-                    "{}e{} c{} h{:?}",
+                    "{}e{} c{}{} h{:?}",
                     if n.up { "" } else { "*" },
                     n.epoch,
                     n.counter.map_or("-".into(), |c| c.to_string()),
+                    n.saved.map_or(String::new(), |s| format!(" s{s}")),
                     n.holds
                 )
             })
