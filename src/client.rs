@@ -82,7 +82,8 @@ impl ClientBuilder {
     /// (`redisson_lock_token:{name}`, on each node) lives without a grant
     /// of its name: every settlement and repair renews it (default
     /// [`DEFAULT_FENCING_COUNTER_EXPIRY`], 30 days; `None`: never, as in
-    /// Redisson). Counters of names used once (`orders:{id}`) then do not
+    /// Redisson, and an expiry another client left on a counter is removed
+    /// by this client's next settlement of that name). Counters of names used once (`orders:{id}`) then do not
     /// pile up. A name whose counters expired starts again at the
     /// wall-clock floor, above every token it had, as a new name does (see
     /// [`QuorumLock::with_fencing`] for the floor's assumption). From 1 s

@@ -37,35 +37,62 @@ impl Fencing {
 // ---------------------------------------------------------------------------
 // Fencing
 
+/// The Lua function every script that reads a fencing counter checks it
+/// with, `raisable(counter)`: a non-negative integer the scripts can raise
+/// exactly. Lua numbers are doubles, exact up to 2^53: a counter is at
+/// most 2^53 - 2, so one more (an INCR, a settled token) is still exact,
+/// and the last token is 2^53 - 1. Past it, an INCR would round (a token
+/// handed out twice) and a raise would write a rounded value back (a
+/// counter lowered, or rewritten as `1.2e+17`). The wall-clock floor is
+/// about 1.8 * 10^15 today, a twentieth of the range.
+macro_rules! raisable_counter_lua {
+    () => {
+        r#"
+local function raisable(counter)
+    return string.match(counter, '^%d+$') ~= nil
+        and (#counter < 16 or (#counter == 16 and counter <= '9007199254740990'))
+end
+local function not_raisable(key)
+    return redis.error_reply('ERR the fencing counter ' .. key .. ' is not a counter a token can follow exactly (an integer up to 2^53 - 2)')
+end
+"#
+    };
+}
+pub(super) use raisable_counter_lua;
+
 /// KEYS[1] token counter. ARGV[1] minimum. ARGV[2] `1`: create a missing
 /// counter at the minimum (a settled token); `0`: leave it missing.
 /// ARGV[3] the counter's expiry (ms) from now, renewed whenever it exists
-/// after the raise; `0`: none (a counter left as it was keeps no TTL it
-/// did not have). Reply: `{before (-1 when the counter was missing), after
-/// (0 when it still is)}`.
+/// after the raise; `0`: none (an expiry another client left on it is
+/// removed). Reply: `{before (-1 when the counter was missing), after (0
+/// when it still is)}`. Values are written as the strings they came as, so
+/// no double is formatted back.
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
-pub(super) const RAISE_TOKEN_LUA: &str = r#"
+pub(super) const RAISE_TOKEN_LUA: &str = concat!(
+    raisable_counter_lua!(),
+    r#"
 local before = redis.call('get', KEYS[1])
-local wanted = tonumber(ARGV[1])
-if before and not (string.match(before, '^%d+$') and #before < 19) then
-    return redis.error_reply('ERR the fencing counter ' .. KEYS[1] .. ' is not a counter')
+if before and not raisable(before) then
+    return not_raisable(KEYS[1])
 end
-local after = wanted
+local after = ARGV[1]
 if before == false then
     if ARGV[2] ~= '1' then
         return {-1, 0}
     end
-else
-    before = tonumber(before)
-    after = math.max(before, wanted)
+elseif tonumber(before) >= tonumber(after) then
+    after = before
 end
 if ARGV[3] ~= '0' then
     redis.call('set', KEYS[1], after, 'px', ARGV[3])
 elseif after ~= before then
-    redis.call('set', KEYS[1], after, 'keepttl')
+    redis.call('set', KEYS[1], after)
+else
+    redis.call('persist', KEYS[1])
 end
-return {before or -1, after}
-"#;
+return {tonumber(before or -1), tonumber(after)}
+"#
+);
 
 /// What a raise found and left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

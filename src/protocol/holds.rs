@@ -31,12 +31,14 @@ const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 /// [`ACQUIRE`] does for a grant.
 macro_rules! grant_lua {
     () => {
-        r#"
+        concat!(
+            $crate::protocol::fencing::raisable_counter_lua!(),
+            r#"
 local fenced = fencing == '1' or (fencing == '2' and redis.call('exists', token_key) == 1)
 if fenced then
     local counter = redis.call('get', token_key)
-    if counter and not (string.match(counter, '^%d+$') and #counter < 19) then
-        return redis.error_reply('ERR the fencing counter ' .. token_key .. ' is not a counter')
+    if counter and not raisable(counter) then
+        return not_raisable(token_key)
     end
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -69,6 +71,7 @@ if not exists and token == -1 then
 end
 return {ttl, count, token}
 "#
+        )
     };
 }
 pub(super) use grant_lua;

@@ -59,6 +59,18 @@ async fn counters_expire_after_the_configured_idle_time() {
     }
 }
 
+/// A client that keeps counters for ever clears the expiry another client
+/// (with the default) left on them: a counter it uses never expires.
+#[tokio::test]
+async fn a_client_that_never_expires_counters_clears_an_expiry_left_on_them() {
+    let servers = servers(3).await;
+    let nodes = nodes(&servers);
+    fenced_grant(&fenced(&client(), &nodes, "mixed"), PATIENCE, "default").await;
+    let forever = client_expiring_after(None);
+    fenced_grant(&fenced(&forever, &nodes, "mixed"), PATIENCE, "never").await;
+    assert_eq!(counter_ttls(&servers, "mixed").await, [-1, -1, -1]);
+}
+
 /// Counters gone with their expiry: the name's next token is above every
 /// token it had (the wall-clock floor), not 1.
 #[tokio::test]

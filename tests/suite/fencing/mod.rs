@@ -337,4 +337,5 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 }
 
 mod availability;
+mod counters;
 mod expiry;
