@@ -18,7 +18,9 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{History, Leftover, PollLimit, RedisProcess, TestServer, connect_all};
+use multilock::testkit::{
+    History, Leftover, PollLimit, RedisProcess, TestServer, connect_all, scan_keys,
+};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use redis::aio::MultiplexedConnection;
@@ -216,7 +218,9 @@ pub async fn leftovers(urls: &[String], settle: Duration) -> io::Result<(Vec<Lef
         let mut found = Vec::new();
         let mut scanned = Scanned::default();
         for (url, connection) in &mut connections {
-            let keys = scan(connection).await.map_err(io::Error::other)?;
+            let keys = scan_keys(connection, None)
+                .await
+                .map_err(io::Error::other)?;
             for key in keys {
                 if key.starts_with("redisson_lock_token:") {
                     scanned.counters += 1;
@@ -234,21 +238,6 @@ pub async fn leftovers(urls: &[String], settle: Duration) -> io::Result<(Vec<Lef
         }
         poll.tick(String::new).await?;
     }
-}
-
-async fn scan(connection: &mut MultiplexedConnection) -> redis::RedisResult<Vec<String>> {
-    let mut iter: redis::AsyncIter<String> = redis::cmd("SCAN")
-        .cursor_arg(0)
-        .arg("COUNT")
-        .arg(1000)
-        .clone()
-        .iter_async(connection)
-        .await?;
-    let mut keys = Vec::new();
-    while let Some(key) = iter.next_item().await {
-        keys.push(key?);
-    }
-    Ok(keys)
 }
 
 /// A key found by the scan, as a leftover: a hash's fields (a lock key),

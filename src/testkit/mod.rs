@@ -60,7 +60,7 @@ pub use fencing::FencedStore;
 pub use history::{
     Access, Departure, FencedWrite, History, Hold, HoldId, Leftover, Outlived, Overtaking,
     QUEUE_GRACE, QueueEntry, QueueMonitor, Violation, Wait, check, connect_all, leftover_keys,
-    shared_overlaps,
+    scan_keys, shared_overlaps,
 };
 pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;

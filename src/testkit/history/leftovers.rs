@@ -111,7 +111,6 @@ pub async fn leftover_keys(
 
 type Found = Vec<(String, Vec<(String, String)>, Option<Duration>)>;
 
-/// Every key of lock `name` on one node, with its content and TTL.
 /// One connection to each of `urls`, with its URL: what an end check of
 /// the nodes' keys reads through.
 ///
@@ -131,6 +130,31 @@ pub async fn connect_all(urls: &[String]) -> io::Result<Vec<(&String, Multiplexe
     Ok(connections)
 }
 
+/// The keys of a node matching `pattern` (every key: `None`), by a whole
+/// `SCAN`: what an end check looks for leftovers with.
+///
+/// # Errors
+///
+/// When the node fails the scan.
+pub async fn scan_keys(
+    connection: &mut MultiplexedConnection,
+    pattern: Option<&str>,
+) -> redis::RedisResult<Vec<String>> {
+    let mut scan = redis::cmd("SCAN");
+    scan.cursor_arg(0);
+    if let Some(pattern) = pattern {
+        scan.arg("MATCH").arg(pattern);
+    }
+    scan.arg("COUNT").arg(1000);
+    let mut iter: redis::AsyncIter<String> = scan.iter_async(connection).await?;
+    let mut keys = Vec::new();
+    while let Some(key) = iter.next_item().await {
+        keys.push(key?);
+    }
+    Ok(keys)
+}
+
+/// Every key of lock `name` on one node, with its content and TTL.
 async fn keys_of(connection: &mut MultiplexedConnection, name: &str) -> redis::RedisResult<Found> {
     let (queue, deadlines) = (redisson_fair::queue(name), redisson_fair::timeouts(name));
     #[allow(clippy::type_complexity)]
@@ -167,23 +191,7 @@ async fn keys_of(connection: &mut MultiplexedConnection, name: &str) -> redis::R
         format!("{{{name}}}")
     };
     let pattern = format!("{}:*:rwlock_timeout:*", glob_escaped(&tagged));
-    let timeouts: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> = redis::cmd("SCAN")
-            .cursor_arg(0)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .clone()
-            .iter_async(connection)
-            .await?;
-        let mut keys = Vec::new();
-        while let Some(key) = iter.next_item().await {
-            keys.push(key?);
-        }
-        keys
-    };
-    for key in timeouts {
+    for key in scan_keys(connection, Some(&pattern)).await? {
         let (value, ttl_ms): (Option<String>, i64) = redis::pipe()
             .get(&key)
             .pttl(&key)

@@ -38,7 +38,7 @@ mod leftovers;
 mod queue;
 mod rules;
 
-pub use leftovers::{Leftover, connect_all, leftover_keys};
+pub use leftovers::{Leftover, connect_all, leftover_keys, scan_keys};
 pub use queue::{Departure, Outlived, Overtaking, QUEUE_GRACE, QueueEntry, QueueMonitor, Wait};
 pub use rules::{Violation, check, shared_overlaps};
 

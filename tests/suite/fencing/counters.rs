@@ -6,7 +6,8 @@
 
 use super::{LEASE, fenced, fenced_grant, nodes};
 use crate::common::*;
-use multilock::testkit::{TestServer, protocol};
+use multilock::RedLock;
+use multilock::testkit::{RedisProcess, TestServer, protocol};
 
 /// The largest token: 2^53 - 1, the last integer a Lua number holds exactly
 /// with its successor's room to compare against.
@@ -69,45 +70,49 @@ async fn a_single_node_counter_stops_at_the_last_exact_token() {
 async fn red_lock_counters_stop_at_the_last_exact_token_and_are_never_rewritten() {
     let servers = servers(3).await;
     let nodes = nodes(&servers);
+    let last = LAST_TOKEN.to_string();
+    set_counters(&servers, "edge:red", &(LAST_TOKEN - 1).to_string()).await;
     let red = fenced(&client(), &nodes, "edge:red");
-    for server in &servers {
-        set_counter(&server.url(), "edge:red", &(LAST_TOKEN - 1).to_string()).await;
-    }
     assert_eq!(
         fenced_grant(&red, PATIENCE, "the last token").await,
         LAST_TOKEN
     );
-    let past_the_end = red
+    refused_for_good(&red, "after the last token").await;
+    assert_counters(&servers, "edge:red", &last).await;
+
+    for value in ["123456789012345678", "9007199254740993"] {
+        let name = format!("beyond:{}", value.len());
+        set_counters(&servers, &name, value).await;
+        refused_for_good(&fenced(&client(), &nodes, &name), value).await;
+        assert_counters(&servers, &name, value).await;
+    }
+}
+
+async fn set_counters(servers: &[RedisProcess], name: &str, value: &str) {
+    for server in servers {
+        set_counter(&server.url(), name, value).await;
+    }
+}
+
+async fn assert_counters(servers: &[RedisProcess], name: &str, value: &str) {
+    for server in servers {
+        assert_eq!(
+            counter(&server.url(), name).await.as_deref(),
+            Some(value),
+            "{name} on {}",
+            server.url()
+        );
+    }
+}
+
+/// `red` ends its wait at once with a permanent error.
+async fn refused_for_good(red: &RedLock, why: &str) {
+    let refused = red
         .try_lock_for(PATIENCE, Some(LEASE))
         .await
         .map(|g| g.is_some());
     assert!(
-        matches!(&past_the_end, Err(err) if err.is_permanent()),
-        "after the last token: {past_the_end:?}"
+        matches!(&refused, Err(err) if err.is_permanent()),
+        "{why}: {refused:?}"
     );
-    for server in &servers {
-        assert_eq!(
-            counter(&server.url(), "edge:red").await,
-            Some(LAST_TOKEN.to_string())
-        );
-    }
-
-    for value in ["123456789012345678", "9007199254740993"] {
-        let name = format!("beyond:{}", value.len());
-        for server in &servers {
-            set_counter(&server.url(), &name, value).await;
-        }
-        let red = fenced(&client(), &nodes, &name);
-        let refused = red
-            .try_lock_for(PATIENCE, Some(LEASE))
-            .await
-            .map(|g| g.is_some());
-        assert!(
-            matches!(&refused, Err(err) if err.is_permanent()),
-            "a counter of {value}: {refused:?}"
-        );
-        for server in &servers {
-            assert_eq!(counter(&server.url(), &name).await.as_deref(), Some(value));
-        }
-    }
 }
