@@ -220,9 +220,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// **When tokens strictly increase:** proven by the counters, as long
     /// as at most `nodes - quorum` nodes lose their counters between two
     /// completed repairs (2 of 5 for a RedLock; a MultiLock, every node of
-    /// which holds every token, needs one intact node). **Beyond that**
-    /// (a new name, counters lost on more nodes, a client that cannot tell
-    /// a restart), the token does not fall back: a round that cannot prove
+    /// which holds every token, needs one intact node). **Not covered
+    /// yet:** a node restarted from a dump older than its last seal keeps a
+    /// stale counter under a new `run_id`; a client that never saw the node
+    /// takes that counter as proof and can hand out a token again (the
+    /// model finds it; a per-node restart marker will close it). Give
+    /// fenced masters no persistence, or AOF with `appendfsync always`.
+    /// **Beyond the proof** (a new name, counters lost on more nodes, a
+    /// node restarted empty), the token does not fall back: a round that cannot prove
     /// one takes the wall-clock floor (microseconds since the Unix epoch,
     /// and above every counter read) once a quorum answered and the others
     /// had the round's grace, logging a warning for a name this client had
