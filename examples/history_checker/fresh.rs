@@ -10,8 +10,8 @@
 //! later than that.
 //!
 //! The end check cannot list every lock name (there are thousands), so it
-//! scans the live RedLock nodes for any key but the fencing counters and
-//! the release latches (which expire): the lock keys of every fresh name
+//! scans the live RedLock nodes for any key but the fencing counters (and
+//! their vouches) and the release latches (which expire): the lock keys of every fresh name
 //! used, and of any other.
 
 use std::io;
@@ -203,14 +203,16 @@ impl FreshFigures {
 /// What the end scan saw on the live RedLock nodes besides the lock keys.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Scanned {
+    /// Fencing counters and their vouches.
     pub counters: usize,
     pub latches: usize,
 }
 
-/// Every key on the live RedLock nodes `urls` but the fencing counters and
-/// the release latches: polls every 20 ms until none remains or `settle`
-/// has passed (background releases and rollbacks may still be under way),
-/// and returns what remains then, with what the last scan skipped.
+/// Every key on the live RedLock nodes `urls` but the fencing counters
+/// (and their vouches) and the release latches: polls every 20 ms until
+/// none remains or `settle` has passed (background releases and rollbacks
+/// may still be under way), and returns what remains then, with what the
+/// last scan skipped.
 pub async fn leftovers(urls: &[String], settle: Duration) -> io::Result<(Vec<Leftover>, Scanned)> {
     let mut connections = connect_all(urls).await?;
     let poll = PollLimit::new(settle);
@@ -222,7 +224,9 @@ pub async fn leftovers(urls: &[String], settle: Duration) -> io::Result<(Vec<Lef
                 .await
                 .map_err(io::Error::other)?;
             for key in keys {
-                if key.starts_with("redisson_lock_token:") {
+                if key.starts_with("redisson_lock_token:")
+                    || key.starts_with("multilock_token_vouch:")
+                {
                     scanned.counters += 1;
                 } else if key.starts_with("redisson_unlock_latch:") {
                     scanned.latches += 1;

@@ -439,7 +439,7 @@ async fn run(settings: Settings) -> Result<Verdict, Box<dyn std::error::Error>> 
             // (the dead one cannot answer).
             let (found, scanned) = fresh::leftovers(&live_red_urls, settle).await?;
             println!(
-                "end scan of the {} live RedLock nodes: {} fencing counters, {} release latches, {} other keys",
+                "end scan of the {} live RedLock nodes: {} fencing counters and vouches, {} release latches, {} other keys",
                 live_red_urls.len(),
                 scanned.counters,
                 scanned.latches,

@@ -193,8 +193,10 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
         .filter(|lock| lock.node().id() != target.node().id())
         .collect();
     let sent_at = tokio::time::Instant::now();
+    let expiry = book.upgrade().and_then(|book| book.counter_expiry);
     let reads = join_all(others.iter().map(|lock| async move {
-        let read = protocol::read_token(lock.keys());
+        // A raise to 0 that creates nothing: a read, with the vouch.
+        let read = protocol::raise_token(lock.keys(), 0, Missing::Leave, expiry);
         let patience = lock.node().response_timeout();
         let counter = tokio::time::timeout(patience, lock.node().run(lock.lane(), &read)).await;
         counter.ok().and_then(Result::ok)
@@ -206,11 +208,14 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     let reports: Vec<CounterReport> = others
         .iter()
         .zip(reads)
-        .filter_map(|(lock, counter)| {
-            let counter = counter?;
+        .filter_map(|(lock, read)| {
+            let read = read?;
+            // A witness: vouched for by its node, and no reading reordered
+            // before a value another reply showed (see `observe`).
+            let in_order = fence_book.observe(lock, &work.group, read.before, sent_at);
             Some(CounterReport {
-                value: counter,
-                intact: fence_book.observe(lock, &work.group, counter, sent_at),
+                value: read.before,
+                intact: read.vouched && in_order,
             })
         })
         .collect();
@@ -226,7 +231,6 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     }
     let written = match value {
         Some(value) => {
-            let expiry = book.upgrade().and_then(|book| book.counter_expiry);
             let raise = protocol::raise_token(target.keys(), value, Missing::Seed, expiry);
             let patience = target.node().response_timeout();
             match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {

@@ -8,12 +8,13 @@
 //!
 //! A token is handed out only once a quorum of nodes holds it (the seal),
 //! checked after every write of the seal had landed. Any later holder reads
-//! the counters of at least [`witnesses_needed`] nodes it trusts
-//! (*witnesses*: present, and not restarted since this client last checked
-//! or repaired them); a quorum and that many nodes always share one. So
-//! while that shared node kept its counter, or lost it and was repaired
+//! the counters of at least [`witnesses_needed`] *witnesses* (counters
+//! present and vouched for by their node: sealed or repaired since the
+//! server last started); a quorum and that many nodes always share one.
+//! So while that shared node kept its counter, or lost it and was repaired
 //! since (a repair writes the highest of as many witnesses, which share a
-//! node with every seal), the later token is higher. That holds as long as
+//! node with every seal), the later token is higher: a node that lost its
+//! counter lost its vouch with it, so it witnesses nothing until then. That holds as long as
 //! at most `nodes - required` nodes lose their counters between two
 //! completed repairs: the nodes of a seal cannot all lose theirs.
 
@@ -22,8 +23,8 @@
 pub(crate) struct CounterReport {
     /// The counter the request found; `None` when missing.
     pub(crate) value: Option<u64>,
-    /// The client trusts the node's counter: the node has not restarted
-    /// since the client last saw or repaired it.
+    /// The node vouched for its counter: a seal or a repair wrote it
+    /// since the server last started.
     pub(crate) intact: bool,
 }
 

@@ -60,25 +60,37 @@ end
 }
 pub(super) use raisable_counter_lua;
 
-/// KEYS[1] token counter. ARGV[1] minimum. ARGV[2] `1`: create a missing
-/// counter at the minimum (a settled token); `0`: leave it missing.
-/// ARGV[3] the counter's expiry (ms) from now, renewed whenever it exists
-/// after the raise; `0`: none (an expiry another client left on it is
-/// removed). Reply: `{before (-1 when the counter was missing), after (0
-/// when it still is)}`. Values are written as the strings they came as, so
-/// no double is formatted back.
+/// KEYS[1] token counter, KEYS[2] its vouch (the `run_id` of the server a
+/// seal or a repair last wrote it on). ARGV[1] minimum. ARGV[2] `1`: the
+/// minimum is a settled token (a seal's, or a repair's value): create a
+/// missing counter at it, and vouch for the counter under the server's
+/// `run_id` now; `0`: leave a missing counter missing, and the vouch as
+/// it is. ARGV[3] the counter's expiry (ms) from now, renewed with its
+/// vouch whenever the counter exists after the raise; `0`: none (an expiry
+/// another client left on them is removed). Reply: `{before (-1 when the
+/// counter was missing), after (0 when it still is), vouched (1 when the
+/// counter was there and vouched for under this run_id)}`. Values are
+/// written as the strings they came as, so no double is formatted back.
+///
+/// The vouch is read in the script, against the `run_id` the server
+/// reports there (`INFO server`), so it says exactly whether the counter
+/// was sealed or repaired since the server last started: a restart from a
+/// stale dump brings back a vouch of the old run, whoever reads it.
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 pub(super) const RAISE_TOKEN_LUA: &str = concat!(
     raisable_counter_lua!(),
     r#"
 local before = redis.call('get', KEYS[1])
-if before and not raisable(before) then
+-- A seal adds nothing: it may find the last token (2^53 - 1) there.
+if before and not raisable(before) and not (ARGV[2] == '1' and before == '9007199254740991') then
     return not_raisable(KEYS[1])
 end
+local run = string.match(redis.call('info', 'server'), 'run_id:(%x+)')
+local vouched = before ~= false and redis.call('get', KEYS[2]) == run
 local after = ARGV[1]
 if before == false then
     if ARGV[2] ~= '1' then
-        return {-1, 0}
+        return {-1, 0, 0}
     end
 elseif tonumber(before) >= tonumber(after) then
     after = before
@@ -90,7 +102,20 @@ elseif after ~= before then
 else
     redis.call('persist', KEYS[1])
 end
-return {tonumber(before or -1), tonumber(after)}
+if ARGV[2] == '1' then
+    if ARGV[3] ~= '0' then
+        redis.call('set', KEYS[2], run, 'px', ARGV[3])
+    else
+        redis.call('set', KEYS[2], run)
+    end
+elseif vouched then
+    if ARGV[3] ~= '0' then
+        redis.call('pexpire', KEYS[2], ARGV[3])
+    else
+        redis.call('persist', KEYS[2])
+    end
+end
+return {tonumber(before or -1), tonumber(after), vouched and 1 or 0}
 "#
 );
 
@@ -103,22 +128,29 @@ pub(crate) struct Raised {
     /// The counter after: at least the minimum asked for, or 0 when it was
     /// missing and left so.
     pub(crate) after: u64,
+    /// The counter before was vouched for: a seal or a repair wrote it
+    /// since the server last started, so it is at least every token a
+    /// seal left there (a witness, for any client).
+    pub(crate) vouched: bool,
 }
 
 /// What a raise does with a counter that is missing (its node lost its
-/// data, or never saw the lock fenced).
+/// data, or never saw the lock fenced), and whether it vouches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Missing {
-    /// Leave it missing: the minimum is not a settled token yet, and a
-    /// counter created below the token would later count as a survivor.
+    /// Leave it missing, and the vouch as it is: the minimum is not a
+    /// settled token yet, and a counter created below the token would
+    /// later count as a survivor.
     Leave,
-    /// Create it at the minimum: a settled token.
+    /// Create it at the minimum, and vouch for the counter: the minimum is
+    /// a settled token (a seal), or what a repair read from enough
+    /// witnesses.
     Seed,
 }
 
 /// Raise the fencing counter of `keys` to at least `minimum` (multi-node
-/// fencing: the token's settlement), renewing its expiry (`None`: it has
-/// none).
+/// fencing: the token's settlement, and what a repair reads and writes),
+/// renewing its expiry (`None`: it has none).
 pub(crate) fn raise_token(
     keys: &LockKeys,
     minimum: u64,
@@ -127,14 +159,16 @@ pub(crate) fn raise_token(
 ) -> Call<Raised> {
     let mut invocation = RAISE_TOKEN.key(&keys.token);
     invocation
+        .key(keys.token_vouch())
         .arg(minimum)
         .arg(u8::from(missing == Missing::Seed))
         .arg(expiry.map_or(0, |expiry| expiry.as_millis() as u64));
     Call::script(invocation, |reply| {
-        let (before, after) = <(i64, i64)>::from_redis_value(reply)?;
+        let (before, after, vouched) = <(i64, i64, u8)>::from_redis_value(reply)?;
         Ok(Raised {
             before: (before >= 0).then_some(before as u64),
             after: after.max(0) as u64,
+            vouched: vouched == 1,
         })
     })
 }

@@ -124,6 +124,14 @@ impl LockKeys {
         self
     }
 
+    /// The vouch of the fencing counter, `multilock_token_vouch:{name}`
+    /// (in the counter's slot): the `run_id` of the server a seal or a
+    /// repair last wrote the counter on. Made on use: only multi-node
+    /// fencing needs it.
+    pub(crate) fn token_vouch(&self) -> String {
+        prefixed("multilock_token_vouch", &self.name)
+    }
+
     /// The names of a read-write lock: its channel is
     /// `redisson_rwlock:{name}`, shared by readers and writers.
     pub(crate) fn read_write(name: &str) -> LockKeys {

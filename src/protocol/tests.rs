@@ -354,18 +354,24 @@ fn replies_decode() {
     assert_eq!(release.decode(Value::Int(1)).unwrap(), Released::Deleted);
     let raise = raise_token(&keys, 5, Missing::Seed, None);
     assert_eq!(
-        raise.decode(ints(&[-1, 5])).unwrap(),
+        raise.decode(ints(&[-1, 5, 0])).unwrap(),
         Raised {
             before: None,
-            after: 5
+            after: 5,
+            vouched: false
         }
     );
     assert_eq!(
-        raise.decode(ints(&[9, 9])).unwrap(),
+        raise.decode(ints(&[9, 9, 1])).unwrap(),
         Raised {
             before: Some(9),
-            after: 9
+            after: 9,
+            vouched: true
         }
+    );
+    assert!(
+        raise.decode(ints(&[9, 9])).is_err(),
+        "a reply without the vouch"
     );
     let renew = renew_batch([("a", "f", false), ("b", "g", true)], second);
     assert_eq!(renew.decode(ints(&[1, 0])).unwrap(), vec![true, false]);

@@ -7,7 +7,8 @@
 //!    holder's seal (it held other nodes then); a read sent after the last
 //!    grant cannot. The token is above every counter read (so it never
 //!    equals a rival's) and proven above every earlier token by enough
-//!    witnesses ([`rules::settle_token`]), or, when too few counters
+//!    witnesses ([`rules::settle_token`]: counters their node vouches for,
+//!    read with them, see `protocol::raise_token`), or, when too few counters
 //!    survive, taken from the wall-clock floor once every node answered or
 //!    a quorum did and the others had the round's grace (a dead master
 //!    costs the grace, never the name).
@@ -71,9 +72,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let reports = |answers: &[(usize, Raised)]| -> Vec<CounterReport> {
             answers
                 .iter()
-                .map(|(index, raised)| CounterReport {
+                .map(|(_, raised)| CounterReport {
                     value: raised.before,
-                    intact: book.is_intact(&group.parts[*index]),
+                    intact: raised.vouched,
                 })
                 .collect()
         };
@@ -106,17 +107,21 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             if new_name {
                 tracing::debug!(lock = %self.name(), token, answered, nodes, "first fenced grant: the token starts at the wall-clock floor");
             } else {
-                tracing::warn!(lock = %self.name(), token, answered, nodes, "the fencing counters of this lock were lost on too many nodes to prove a token: it continues from the wall-clock floor");
+                tracing::warn!(lock = %self.name(), token, answered, nodes, "too few of this lock's fencing counters are vouched for (lost, restored from a stale dump, or written before vouches) to prove a token: it continues from the wall-clock floor");
             }
             crate::metrics::fencing_floor(new_name);
         }
 
         // 2. Seal.
         // Every node known to have restarted, whether it answered the read
-        // or not: the seal repairs it (a grant with every node up leaves
+        // or not, and every node whose counter the read found not vouched
+        // for: the seal repairs it (a grant with every node up leaves
         // every node repaired, even if the round returned at quorum).
         let restarted: Vec<usize> = (0..nodes)
-            .filter(|&index| !book.is_intact(&group.parts[index]))
+            .filter(|&index| {
+                !book.is_intact(&group.parts[index])
+                    || read.iter().any(|(i, r)| *i == index && !r.vouched)
+            })
             .collect();
         let sealed: Vec<usize> =
             if token == guess && restarted.is_empty() && sealed_at(&read, token) >= required {

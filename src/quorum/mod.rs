@@ -207,27 +207,27 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// that a quorum still holds it. Validity is checked again after the
     /// settlement.
     ///
-    /// The client remembers, per node, the counters of the names it has
-    /// fenced. A node whose `run_id` changed, or whose counter is missing
-    /// or lower than last seen, has *restarted*: its counter proves nothing
-    /// until the client repaired it, which it does at once, in the
-    /// background (it watches the nodes of every name it has fenced, so an
-    /// idle client repairs too), raising the counter to the highest of
-    /// enough intact nodes. A token is proven when the settlement read
-    /// `nodes - quorum + 1` intact counters (they share a node with every
-    /// earlier seal).
+    /// A counter is a witness only when its node vouches for it: the seal
+    /// and every repair write, beside it, the `run_id` of the server they
+    /// wrote on (`multilock_token_vouch:{name}`), and the settlement reads
+    /// the vouch with the counter, in one script. A restart (empty, or from
+    /// a stale dump) or a failover leaves the counter unvouched for every
+    /// client, including one that never saw the node. A token is proven
+    /// when the settlement read `nodes - quorum + 1` vouched counters (they
+    /// share a node with every earlier seal). The client also watches the
+    /// nodes of every name it has fenced: a node whose `run_id` changed,
+    /// or whose counter is missing or lower than last seen, is repaired at
+    /// once, in the background, to the highest vouched counter of enough
+    /// nodes; a settlement that finds an unvouched counter repairs it with
+    /// its seal.
     ///
     /// **When tokens strictly increase:** proven by the counters, as long
     /// as at most `nodes - quorum` nodes lose their counters between two
     /// completed repairs (2 of 5 for a RedLock; a MultiLock, every node of
-    /// which holds every token, needs one intact node). **Not covered
-    /// yet:** a node restarted from a dump older than its last seal keeps a
-    /// stale counter under a new `run_id`; a client that never saw the node
-    /// takes that counter as proof and can hand out a token again (the
-    /// model finds it; a per-node restart marker will close it). Give
-    /// fenced masters no persistence, or AOF with `appendfsync always`.
-    /// **Beyond the proof** (a new name, counters lost on more nodes, a
-    /// node restarted empty), the token does not fall back: a round that cannot prove
+    /// which holds every token, needs one intact node), whatever the
+    /// servers' persistence.
+    /// **Beyond the proof** (a new name, counters lost on more nodes), the
+    /// token does not fall back: a round that cannot prove
     /// one takes the wall-clock floor (microseconds since the Unix epoch,
     /// and above every counter read) once a quorum answered and the others
     /// had the round's grace, logging a warning for a name this client had

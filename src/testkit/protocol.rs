@@ -56,6 +56,12 @@ pub fn token_key(name: &str) -> String {
     LockKeys::new(name).token
 }
 
+/// The vouch of lock `name`'s fencing counter on a node: the `run_id` of
+/// the server a seal or a repair last wrote the counter on.
+pub fn token_vouch_key(name: &str) -> String {
+    LockKeys::new(name).token_vouch()
+}
+
 /// The unlock latch of one release of lock `name`.
 pub fn unlock_latch(name: &str, request_id: &str) -> String {
     LockKeys::new(name).unlock_latch(request_id)

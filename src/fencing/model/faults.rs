@@ -6,9 +6,23 @@ impl Fenced {
     // -----------------------------------------------------------------
     // Faults and background work
 
-    /// Down, or restarted and not yet noticed or repaired by a client.
+    /// Whether `client` counts the counter of `node` as a witness, when
+    /// the node says whether it vouched for it.
+    pub(super) fn trusts(&self, client: &Client, node: usize, vouched: bool) -> bool {
+        match self.trust {
+            Trust::Book => client.unrepaired & bit(node) == 0,
+            Trust::Vouched => vouched,
+        }
+    }
+
+    /// Down, or restarted and not yet repaired: noticed and not repaired
+    /// by a client (`Trust::Book`), or not vouched for since
+    /// (`Trust::Vouched`).
     pub(super) fn impaired(&self, state: &State, node: usize) -> bool {
         let n = &state.nodes[node];
+        if self.trust == Trust::Vouched && self.design == Design::Eager {
+            return !n.up || n.lost;
+        }
         !n.up
             || (self.design == Design::Eager
                 && state.clients.iter().any(|c| {
@@ -52,7 +66,10 @@ impl Fenced {
             .filter(|&n| n != target && state.nodes[n].up)
             .count();
         let trusted_up = (0..self.nodes)
-            .filter(|&n| n != target && state.nodes[n].up && client.unrepaired & bit(n) == 0)
+            .filter(|&n| {
+                let node = &state.nodes[n];
+                n != target && node.up && self.trusts(client, n, node.vouched == Some(node.epoch))
+            })
             .count();
         let none_has_one = (0..self.nodes).all(|n| n == target || state.nodes[n].counter.is_none());
         state.nodes[target].up
@@ -113,6 +130,7 @@ impl Fenced {
                     body: Body::Raise {
                         min: 0,
                         seed: false,
+                        vouch: false,
                     },
                 },
             );
@@ -126,6 +144,7 @@ impl Fenced {
         msg: &Msg,
         epoch: u8,
         counter: Option<u64>,
+        vouched: bool,
     ) {
         let node = msg.node as usize;
         let c = &mut state.clients[client as usize];
@@ -134,7 +153,7 @@ impl Fenced {
         }
         match c.repair.clone() {
             Some(Repair::Reading { target }) => {
-                c.repair_answers[node] = Answer::Counter(counter, counter);
+                c.repair_answers[node] = Answer::Counter(counter, counter, vouched);
                 self.repair_progress(state, client, target as usize, false);
             }
             Some(Repair::Writing {
@@ -159,17 +178,18 @@ impl Fenced {
         target: usize,
         gave_up: bool,
     ) {
-        let c = &mut state.clients[client as usize];
+        let c = &state.clients[client as usize];
         let reports: Vec<CounterReport> = (0..self.nodes)
             .filter(|&n| n != target)
             .filter_map(|n| match c.repair_answers[n] {
-                Answer::Counter(_, value) => Some(CounterReport {
+                Answer::Counter(_, value, vouched) => Some(CounterReport {
                     value,
-                    intact: c.unrepaired & bit(n) == 0,
+                    intact: self.trusts(c, n, vouched),
                 }),
                 _ => None,
             })
             .collect();
+        let c = &mut state.clients[client as usize];
         let pending = c.repair_answers.contains(&Answer::Pending);
         match rules::repair_value(&reports, self.nodes, self.required()) {
             Some(value) => {
@@ -193,6 +213,7 @@ impl Fenced {
                         body: Body::Raise {
                             min: value.unwrap_or(0),
                             seed: value.is_some(),
+                            vouch: true,
                         },
                     },
                 );

@@ -60,6 +60,20 @@ pub(super) enum Design {
     Eager,
 }
 
+/// Which counters a client counts as witnesses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Trust {
+    /// Before the vouch: those of nodes the client's own book has not seen
+    /// restart. A client new to a node (or that forgot the name) trusts a
+    /// counter a stale dump brought back.
+    Book,
+    /// The shipped protocol: those the node vouches for, read with the
+    /// counter: written by a seal or a repair under the node's current
+    /// epoch (its `run_id`), a vouch lost or outdated by any restart,
+    /// whoever sees it.
+    Vouched,
+}
+
 /// When a settlement without a proof may take the wall-clock floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum FloorAfter {
@@ -75,6 +89,7 @@ pub(super) enum FloorAfter {
 #[derive(Debug, Clone)]
 pub(super) struct Fenced {
     pub(super) design: Design,
+    pub(super) trust: Trust,
     pub(super) floor_after: FloorAfter,
     pub(super) nodes: usize,
     pub(super) clients: usize,
@@ -132,8 +147,15 @@ pub(super) struct Node {
     up: bool,
     epoch: u8,
     counter: Option<u64>,
-    /// The counter of its last snapshot, what a restart brings back.
+    /// The epoch a seal or a repair last vouched for the counter under.
+    vouched: Option<u8>,
+    /// The counter and its vouch at its last snapshot, what a restart
+    /// brings back.
     saved: Option<u64>,
+    saved_vouched: Option<u8>,
+    /// Restarted since a seal or a repair last vouched for its counter
+    /// (`Trust::Vouched`: what impairs it).
+    lost: bool,
     /// The lock's holds here, `(client, round)`, all of one client (its
     /// hash field: one hold per acquire that landed; a rollback or a
     /// release names its round and takes that hold only).
@@ -151,8 +173,9 @@ enum Answer {
     None,
     Granted(Option<u64>),
     Taken(Option<u64>),
-    /// A raise (or a read): the counter before it and after it.
-    Counter(Option<u64>, Option<u64>),
+    /// A raise (or a read): the counter before it and after it, and
+    /// whether the node vouched for it (before).
+    Counter(Option<u64>, Option<u64>, bool),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,9 +233,10 @@ pub(super) struct Client {
 enum Body {
     /// `round`: the hold id.
     Acquire { round: u8 },
-    /// Raise to `min`, creating a missing counter at `min` if `seed`. A
-    /// read is a raise to 0 that creates nothing.
-    Raise { min: u64, seed: bool },
+    /// Raise to `min`, creating a missing counter at `min` if `seed`, and
+    /// vouching for it if `vouch` (a seal's settled token, a repair's
+    /// value). A read is a raise to 0 that creates nothing.
+    Raise { min: u64, seed: bool, vouch: bool },
     AcquireReply {
         granted: bool,
         round: u8,
@@ -224,6 +248,7 @@ enum Body {
         before: Option<u64>,
         after: Option<u64>,
         epoch: u8,
+        vouched: bool,
     },
 }
 
@@ -328,7 +353,10 @@ impl Model for Fenced {
             up: true,
             epoch: 0,
             counter: start,
+            vouched: (self.trust == Trust::Vouched && self.fenced_once).then_some(0),
             saved: None,
+            saved_vouched: None,
+            lost: false,
             holds: Vec::new(),
             crashed_holds: Vec::new(),
         };
@@ -420,7 +448,10 @@ impl Model for Fenced {
             }
         }
         for (n, node) in state.nodes.iter().enumerate() {
-            if node.up && state.snapshots_left > 0 && node.saved != node.counter {
+            if node.up
+                && state.snapshots_left > 0
+                && (node.saved, node.saved_vouched) != (node.counter, node.vouched)
+            {
                 actions.push(Action::Snapshot(n as u8));
             }
             if node.up {
@@ -485,6 +516,7 @@ impl Model for Fenced {
                 node.crashed_holds = std::mem::take(&mut node.holds);
                 node.up = false;
                 node.counter = None;
+                node.vouched = None;
                 s.crashes_left -= 1;
                 // Requests still queued on its connections die with it.
                 s.net.retain(|m| m.node != n);
@@ -492,13 +524,16 @@ impl Model for Fenced {
             Action::Snapshot(n) => {
                 let node = &mut s.nodes[n as usize];
                 node.saved = node.counter;
+                node.saved_vouched = node.vouched;
                 s.snapshots_left -= 1;
             }
             Action::Revive(n) => {
                 let node = &mut s.nodes[n as usize];
                 node.up = true;
                 node.counter = node.saved;
+                node.vouched = node.saved_vouched;
                 node.epoch += 1;
+                node.lost = self.trust == Trust::Vouched;
                 node.crashed_holds.clear();
             }
         }

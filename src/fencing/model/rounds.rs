@@ -78,12 +78,12 @@ impl Fenced {
             .iter()
             .enumerate()
             .filter_map(|(node, answer)| {
-                let Answer::Counter(before, _) = *answer else {
+                let Answer::Counter(before, _, vouched) = *answer else {
                     return None;
                 };
                 Some(CounterReport {
                     value: before,
-                    intact: client.unrepaired & bit(node) == 0,
+                    intact: self.trusts(client, node, vouched),
                 })
             })
             .collect()
@@ -140,6 +140,7 @@ impl Fenced {
                             Body::Raise {
                                 min: guess,
                                 seed: false,
+                                vouch: false,
                             },
                         );
                     }
@@ -159,6 +160,7 @@ impl Fenced {
                             Body::Raise {
                                 min: candidate,
                                 seed: false,
+                                vouch: false,
                             },
                         );
                     }
@@ -180,9 +182,13 @@ impl Fenced {
                 // missing counter stays missing: a new name's).
                 let sealed = answers
                     .iter()
-                    .filter(|a| matches!(a, Answer::Counter(_, Some(v)) if *v >= token))
+                    .filter(|a| matches!(a, Answer::Counter(_, Some(v), _) if *v >= token))
                     .count();
-                if token == guess && c.unrepaired == 0 && sealed >= required {
+                let untrusted = answers
+                    .iter()
+                    .any(|a| matches!(a, Answer::Counter(_, _, false)))
+                    && self.trust == Trust::Vouched;
+                if token == guess && c.unrepaired == 0 && !untrusted && sealed >= required {
                     // Nothing was at or above the guess: the read sealed it.
                     self.check_seal(state, client, token, &answers);
                 } else {
@@ -193,6 +199,7 @@ impl Fenced {
                         Body::Raise {
                             min: token,
                             seed: true,
+                            vouch: true,
                         },
                     );
                 }
@@ -201,7 +208,7 @@ impl Fenced {
             Phase::Checking { token } => {
                 let held = answers
                     .iter()
-                    .filter(|a| matches!(a, Answer::Counter(_, Some(v)) if *v >= token))
+                    .filter(|a| matches!(a, Answer::Counter(_, Some(v), _) if *v >= token))
                     .count();
                 if held >= required {
                     self.hand_out(state, client, token);
@@ -224,7 +231,7 @@ impl Fenced {
     pub(super) fn check_seal(&self, state: &mut State, client: u8, token: u64, answers: &[Answer]) {
         let acked: Vec<bool> = answers
             .iter()
-            .map(|a| matches!(a, Answer::Counter(_, Some(v)) if *v >= token))
+            .map(|a| matches!(a, Answer::Counter(_, Some(v), _) if *v >= token))
             .collect();
         if acked.iter().filter(|a| **a).count() < self.required() {
             return self.end_round(state, client);
@@ -239,6 +246,7 @@ impl Fenced {
                     Body::Raise {
                         min: 0,
                         seed: false,
+                        vouch: false,
                     },
                 );
             } else {
@@ -269,7 +277,7 @@ impl Fenced {
             .enumerate()
             .filter_map(|(n, a)| match a {
                 // Stage 1 reads what was there, stage 2 what it left.
-                Answer::Counter(before, after) => {
+                Answer::Counter(before, after, _) => {
                     Some((n, if stage == 1 { *before } else { *after }))
                 }
                 _ => None,
@@ -312,6 +320,7 @@ impl Fenced {
                     Body::Raise {
                         min: token,
                         seed: true,
+                        vouch: false,
                     },
                 );
             }
@@ -408,17 +417,23 @@ impl Fenced {
                     epoch: n.epoch,
                 }
             }
-            Body::Raise { min, seed } => {
+            Body::Raise { min, seed, vouch } => {
                 let before = n.counter;
+                let vouched = n.vouched == Some(n.epoch);
                 n.counter = match before {
                     Some(c) => Some(c.max(min)),
                     None if seed => Some(min),
                     None => None,
                 };
+                if vouch && self.trust == Trust::Vouched && n.counter.is_some() {
+                    n.vouched = Some(n.epoch);
+                    n.lost = false;
+                }
                 Body::CounterReply {
                     before,
                     after: n.counter,
                     epoch: n.epoch,
+                    vouched,
                 }
             }
             Body::AcquireReply { .. } | Body::CounterReply { .. } => unreachable!(),
@@ -445,7 +460,8 @@ impl Fenced {
                 Body::CounterReply { after, .. } => after,
                 _ => counter,
             };
-            return self.repair_reply(state, client, &msg, epoch, after);
+            let vouched = matches!(msg.body, Body::CounterReply { vouched: true, .. });
+            return self.repair_reply(state, client, &msg, epoch, after, vouched);
         }
         let c = &mut state.clients[client as usize];
         if let (Phase::Sealing { token }, Body::CounterReply { after, .. }) = (&c.phase, &msg.body)
@@ -469,7 +485,12 @@ impl Fenced {
         let answer = match msg.body {
             Body::AcquireReply { granted: true, .. } => Answer::Granted(counter),
             Body::AcquireReply { granted: false, .. } => Answer::Taken(counter),
-            Body::CounterReply { before, after, .. } => Answer::Counter(before, after),
+            Body::CounterReply {
+                before,
+                after,
+                vouched,
+                ..
+            } => Answer::Counter(before, after, vouched),
             _ => unreachable!(),
         };
         c.answers[node] = answer;

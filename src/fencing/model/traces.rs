@@ -142,7 +142,8 @@ fn rename(state: &State, nodes_to: &[usize], clients_to: &[usize]) -> State {
 }
 
 /// A path, one line per step: the action, then each node (`*` down,
-/// epoch, counter, its snapshot's counter if it took one, holds) and each client (phase, unrepaired nodes).
+/// epoch, counter, the epoch it was vouched for under, its snapshot's
+/// counter if it took one, holds) and each client (phase, unrepaired nodes).
 pub(in crate::fencing) fn describe(path: stateright::Path<State, Action>) -> String {
     let mut lines = Vec::new();
     for (state, action) in path.into_vec() {
@@ -151,10 +152,11 @@ pub(in crate::fencing) fn describe(path: stateright::Path<State, Action>) -> Str
             .iter()
             .map(|n| {
                 format!(
-                    "{}e{} c{}{} h{:?}",
+                    "{}e{} c{}{}{} h{:?}",
                     if n.up { "" } else { "*" },
                     n.epoch,
                     n.counter.map_or("-".into(), |c| c.to_string()),
+                    n.vouched.map_or(String::new(), |v| format!(" v{v}")),
                     n.saved.map_or(String::new(), |s| format!(" s{s}")),
                     n.holds
                 )

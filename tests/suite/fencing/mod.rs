@@ -339,3 +339,4 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 mod availability;
 mod counters;
 mod expiry;
+mod stale_dump;

@@ -208,12 +208,7 @@ async fn a_restarted_node_is_seeded_only_with_a_settled_token() {
         .await
         .unwrap();
     for (server, counter) in [(&servers[0], 100), (&servers[1], 5), (&servers[2], 5)] {
-        let _: () = run(
-            &server.url(),
-            redis::cmd("SET").arg(&token_key).arg(counter),
-        )
-        .await
-        .unwrap();
+        set_sealed_counter(&server.url(), "seeded", counter).await;
     }
     let mut monitors = Vec::new();
     for server in &servers[3..] {
