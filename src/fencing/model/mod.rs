@@ -5,11 +5,13 @@
 //! it lands: a client acts on what it hears, in the order requests landed;
 //! an answer it stopped waiting for is stale whenever it comes); nodes crash
 //! (losing their counters and lock keys) and come back under a new epoch
-//! (their `run_id`), empty or with the counter of a snapshot they took
-//! earlier (a restart from a stale dump); a client may give up on answers still on their
-//! way at any moment (its timeouts), and a holder's lease may end at any
-//! moment. The clients decide with the crate's own rules
-//! ([`super::rules`]). Properties:
+//! (their `run_id`), empty or with the counter and vouch of a snapshot
+//! they took earlier (a restart from a stale dump); a client may give up
+//! on answers still on their way at any moment (its timeouts), and a
+//! holder's lease may end at any moment. The clients decide with the
+//! crate's own rules ([`super::rules`]), counting as witnesses the
+//! counters their node vouches for (sealed or repaired under its current
+//! epoch: [`Trust::Vouched`]). Properties:
 //!
 //! - tokens of successive grants strictly increase;
 //! - no two holders at once;
@@ -30,8 +32,9 @@
 //! nodes stay impaired (unless the bounds go `beyond`); a crashed node
 //! comes back only once the rounds that held the lock there are over
 //! (Redlock's delayed restart). The same model runs the designs this crate
-//! had before ([`Design::Lazy`], and [`FloorAfter::EveryNode`]), and the
-//! checker finds their defects (see the tests in [`super`]).
+//! had before ([`Design::Lazy`], [`FloorAfter::EveryNode`] and
+//! [`Trust::Book`]), and the checker finds their defects (see the tests in
+//! [`super`]).
 
 use std::hash::Hash;
 
