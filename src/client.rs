@@ -79,12 +79,13 @@ impl ClientBuilder {
     }
 
     /// How long a fenced RedLock's or MultiLock's counter
-    /// (`redisson_lock_token:{name}`, on each node) lives without a grant
-    /// of its name: every settlement and repair renews it (default
+    /// (`redisson_lock_token:{name}`, on each node) and its vouch
+    /// (`multilock_token_vouch:{name}`) live without a grant of its name:
+    /// every settlement and repair renews them (default
     /// [`DEFAULT_FENCING_COUNTER_EXPIRY`], 30 days; `None`: never, as in
-    /// Redisson, and an expiry another client left on a counter is removed
-    /// by this client's next settlement of that name). Counters of names used once (`orders:{id}`) then do not
-    /// pile up. A name whose counters expired starts again at the
+    /// Redisson, and an expiry another client left on them is removed by
+    /// this client's next settlement of that name). Counters of names used
+    /// once (`orders:{id}`) then do not pile up. A name whose counters expired starts again at the
     /// wall-clock floor, above every token it had, as a new name does (see
     /// [`QuorumLock::with_fencing`] for the floor's assumption). From 1 s
     /// to 10 years; `build()` checks.

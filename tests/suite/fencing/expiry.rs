@@ -1,6 +1,6 @@
-//! Fencing counters of multi-node locks expire after an idle time, renewed
-//! by every grant, so names used once do not pile up; a name whose
-//! counters expired goes on above its old tokens.
+//! Fencing counters of multi-node locks (and their vouches) expire after
+//! an idle time, renewed by every grant, so names used once do not pile
+//! up; a name whose counters expired goes on above its old tokens.
 
 use std::time::Duration;
 
@@ -17,11 +17,14 @@ fn client_expiring_after(expiry: Option<Duration>) -> Client {
         .unwrap()
 }
 
-/// The counter's PTTL on each server (-1: no expiry, -2: none).
+/// The counter's and its vouch's PTTL on each server (-1: no expiry, -2:
+/// none), in that order.
 async fn counter_ttls(servers: &[multilock::testkit::RedisProcess], name: &str) -> Vec<i64> {
     let mut ttls = Vec::new();
-    for server in servers {
-        ttls.push(pttl(&server.url(), &protocol::token_key(name)).await);
+    for key in [protocol::token_key(name), protocol::token_vouch_key(name)] {
+        for server in servers {
+            ttls.push(pttl(&server.url(), &key).await);
+        }
     }
     ttls
 }
@@ -42,16 +45,20 @@ async fn counters_expire_after_the_configured_idle_time() {
     }
     let forever = client_expiring_after(None);
     fenced_grant(&fenced(&forever, &nodes, "forever"), PATIENCE, "never").await;
-    assert_eq!(counter_ttls(&servers, "forever").await, [-1, -1, -1]);
+    assert_eq!(counter_ttls(&servers, "forever").await, [-1; 6]);
 
     let hour = client_expiring_after(Some(Duration::from_secs(3600)));
     let red = fenced(&hour, &nodes, "renewed");
     fenced_grant(&red, PATIENCE, "first").await;
     for server in &servers {
-        let key = protocol::token_key("renewed");
-        run::<()>(&server.url(), redis::cmd("PEXPIRE").arg(&key).arg(60_000))
-            .await
-            .unwrap();
+        for key in [
+            protocol::token_key("renewed"),
+            protocol::token_vouch_key("renewed"),
+        ] {
+            run::<()>(&server.url(), redis::cmd("PEXPIRE").arg(&key).arg(60_000))
+                .await
+                .unwrap();
+        }
     }
     fenced_grant(&red, PATIENCE, "second").await;
     for ttl in counter_ttls(&servers, "renewed").await {
@@ -68,7 +75,7 @@ async fn a_client_that_never_expires_counters_clears_an_expiry_left_on_them() {
     fenced_grant(&fenced(&client(), &nodes, "mixed"), PATIENCE, "default").await;
     let forever = client_expiring_after(None);
     fenced_grant(&fenced(&forever, &nodes, "mixed"), PATIENCE, "never").await;
-    assert_eq!(counter_ttls(&servers, "mixed").await, [-1, -1, -1]);
+    assert_eq!(counter_ttls(&servers, "mixed").await, [-1; 6]);
 }
 
 /// Counters gone with their expiry: the name's next token is above every
