@@ -80,6 +80,7 @@ mod tests {
         let mut model = Fenced {
             design,
             trust: Trust::Vouched,
+            unguarded_repairs: false,
             floor_after: FloorAfter::Quorum,
             nodes: 3,
             clients: 2,
@@ -163,6 +164,10 @@ mod tests {
                 // states; the same bounds break trust by the client's
                 // book, see the stale dump's test).
                 STALE_DUMP,
+                // A repair's write raced by a seal and a second restart
+                // of its target (whole: 36 M states; unguarded, the
+                // checker finds a token handed out again).
+                REPAIR_RACE,
                 // Two restarts from snapshots, two clients.
                 "grants=2 crashes=2 snapshots=2 rounds=2 repairs=1 states=3000000",
             ]
@@ -263,6 +268,22 @@ mod tests {
         restored.trust = Trust::Book;
         assert_finds(restored, &["tokens strictly increase"]);
     }
+
+    /// A repair's write that lands after its target restarted again (its
+    /// witnesses were read for the run before) must not vouch: the
+    /// target may have held a token sealed since those reads, which the
+    /// new run lost. Applied and vouched all the same (the design before
+    /// the guard), it makes the target a witness below that token, and
+    /// the checker finds a token handed out again.
+    #[test]
+    fn the_model_finds_a_repair_that_vouches_for_a_run_it_did_not_read_for() {
+        let mut unguarded = model(Design::Eager, REPAIR_RACE);
+        unguarded.unguarded_repairs = true;
+        assert_finds(unguarded, &["tokens strictly increase"]);
+    }
+
+    /// A repair raced by a seal and a second restart of its target.
+    const REPAIR_RACE: &str = "clients=1 grants=2 crashes=2 rounds=2 repairs=1 drops=1";
 
     /// The stale dump's bounds: one client that forgets the name, one
     /// restart from a snapshot taken between two grants, one message lost.

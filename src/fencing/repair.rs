@@ -192,6 +192,10 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
         .iter()
         .filter(|lock| lock.node().id() != target.node().id())
         .collect();
+    // The target's run as known before the reads: the repair writes only
+    // there (an older one known fails the write, and the repair is tried
+    // again).
+    let run_id = target.node().server_run_id();
     let sent_at = tokio::time::Instant::now();
     let expiry = book.upgrade().and_then(|book| book.counter_expiry);
     let reads = join_all(others.iter().map(|lock| async move {
@@ -231,10 +235,15 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     }
     let written = match value {
         Some(value) => {
-            let raise = protocol::raise_token(target.keys(), value, Missing::Seed, expiry);
+            // Only on the run the witnesses were read for: a restart
+            // since may have lost a token sealed there after the reads.
+            let Some(run_id) = run_id else {
+                return Repair::Failed;
+            };
+            let raise = protocol::repair_token(target.keys(), value, expiry, &run_id);
             let patience = target.node().response_timeout();
             match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {
-                Ok(Ok(raised)) => Some(raised.after),
+                Ok(Ok(Some(raised))) => Some(raised.after),
                 _ => return Repair::Failed,
             }
         }

@@ -65,7 +65,10 @@ pub(super) use raisable_counter_lua;
 /// minimum is a settled token (a seal's, or a repair's value): create a
 /// missing counter at it, and vouch for the counter under the server's
 /// `run_id` now; `0`: leave a missing counter missing, and the vouch as
-/// it is. ARGV[3] the counter's expiry (ms) from now, renewed with its
+/// it is. ARGV[4] the `run_id` the raise is meant for (a repair's write:
+/// its witnesses were read for that run of the server), or empty for any:
+/// on another run nothing is written, and the reply is `{-2, 0, 0}`.
+/// ARGV[3] the counter's expiry (ms) from now, renewed with its
 /// vouch whenever the counter exists after the raise; `0`: none (an expiry
 /// another client left on them is removed). Reply: `{before (-1 when the
 /// counter was missing), after (0 when it still is), vouched (1 when the
@@ -86,6 +89,9 @@ if before and not raisable(before) and not (ARGV[2] == '1' and before == '900719
     return not_raisable(KEYS[1])
 end
 local run = string.match(redis.call('info', 'server'), 'run_id:(%x+)')
+if ARGV[4] ~= '' and ARGV[4] ~= run then
+    return {-2, 0, 0}
+end
 local vouched = before ~= false and redis.call('get', KEYS[2]) == run
 local after = ARGV[1]
 if before == false then
@@ -157,20 +163,56 @@ pub(crate) fn raise_token(
     missing: Missing,
     expiry: Option<Duration>,
 ) -> Call<Raised> {
+    let invocation = raise_invocation(keys, minimum, missing, expiry, "");
+    Call::script(invocation, |reply| {
+        decode_raise(reply)?.ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "a raise meant for any run reported another run",
+            ))
+        })
+    })
+}
+
+/// A repair's write: as [`raise_token`] with [`Missing::Seed`], applied
+/// only while the server is on run `run_id`, the run the repair read its
+/// witnesses for. `None`: the server restarted since (it may have lost a
+/// token sealed after those reads), so nothing was written.
+pub(crate) fn repair_token(
+    keys: &LockKeys,
+    value: u64,
+    expiry: Option<Duration>,
+    run_id: &str,
+) -> Call<Option<Raised>> {
+    let invocation = raise_invocation(keys, value, Missing::Seed, expiry, run_id);
+    Call::script(invocation, decode_raise)
+}
+
+fn raise_invocation(
+    keys: &LockKeys,
+    minimum: u64,
+    missing: Missing,
+    expiry: Option<Duration>,
+    run_id: &str,
+) -> redis::ScriptInvocation<'static> {
     let mut invocation = RAISE_TOKEN.key(&keys.token);
     invocation
         .key(keys.token_vouch())
         .arg(minimum)
         .arg(u8::from(missing == Missing::Seed))
-        .arg(expiry.map_or(0, |expiry| expiry.as_millis() as u64));
-    Call::script(invocation, |reply| {
-        let (before, after, vouched) = <(i64, i64, u8)>::from_redis_value(reply)?;
-        Ok(Raised {
-            before: (before >= 0).then_some(before as u64),
-            after: after.max(0) as u64,
-            vouched: vouched == 1,
-        })
-    })
+        .arg(expiry.map_or(0, |expiry| expiry.as_millis() as u64))
+        .arg(run_id);
+    invocation
+}
+
+/// A raise's reply; `None` when it was meant for another run.
+fn decode_raise(reply: redis::Value) -> redis::RedisResult<Option<Raised>> {
+    let (before, after, vouched) = <(i64, i64, u8)>::from_redis_value(reply)?;
+    Ok((before != -2).then(|| Raised {
+        before: (before >= 0).then_some(before as u64),
+        after: after.max(0) as u64,
+        vouched: vouched == 1,
+    }))
 }
 
 /// The fencing counter of `keys` (`None` when missing): what a repair reads

@@ -25,7 +25,7 @@ mod holds;
 mod read_keys;
 pub(crate) mod rw;
 
-pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token};
+pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token, repair_token};
 pub(crate) use holds::{
     acquire, bury, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
 };

@@ -373,6 +373,24 @@ fn replies_decode() {
         raise.decode(ints(&[9, 9])).is_err(),
         "a reply without the vouch"
     );
+    assert!(
+        raise.decode(ints(&[-2, 0, 0])).is_err(),
+        "any run was asked for"
+    );
+    let repair = repair_token(&keys, 5, None, "abc");
+    assert_eq!(
+        repair.decode(ints(&[-2, 0, 0])).unwrap(),
+        None,
+        "written on another run: nothing"
+    );
+    assert_eq!(
+        repair.decode(ints(&[3, 5, 1])).unwrap(),
+        Some(Raised {
+            before: Some(3),
+            after: 5,
+            vouched: true
+        })
+    );
     let renew = renew_batch([("a", "f", false), ("b", "g", true)], second);
     assert_eq!(renew.decode(ints(&[1, 0])).unwrap(), vec![true, false]);
 }

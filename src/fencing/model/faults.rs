@@ -131,6 +131,7 @@ impl Fenced {
                         min: 0,
                         seed: false,
                         vouch: false,
+                        on_epoch: None,
                     },
                 },
             );
@@ -214,6 +215,9 @@ impl Fenced {
                             min: value.unwrap_or(0),
                             seed: value.is_some(),
                             vouch: true,
+                            // The repair read the witnesses for this run
+                            // of the target: a restart since voids it.
+                            on_epoch: (!self.unguarded_repairs).then_some(epoch),
                         },
                     },
                 );

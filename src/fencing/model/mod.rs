@@ -93,6 +93,9 @@ pub(super) enum FloorAfter {
 pub(super) struct Fenced {
     pub(super) design: Design,
     pub(super) trust: Trust,
+    /// A repair's write applies (and vouches) whatever the target's epoch
+    /// (the design before the guard), not only on the run it was meant for.
+    pub(super) unguarded_repairs: bool,
     pub(super) floor_after: FloorAfter,
     pub(super) nodes: usize,
     pub(super) clients: usize,
@@ -239,7 +242,14 @@ enum Body {
     /// Raise to `min`, creating a missing counter at `min` if `seed`, and
     /// vouching for it if `vouch` (a seal's settled token, a repair's
     /// value). A read is a raise to 0 that creates nothing.
-    Raise { min: u64, seed: bool, vouch: bool },
+    /// `on_epoch`: applied only while the node is on that epoch (a
+    /// repair's write, for the run it read the witnesses for).
+    Raise {
+        min: u64,
+        seed: bool,
+        vouch: bool,
+        on_epoch: Option<u8>,
+    },
     AcquireReply {
         granted: bool,
         round: u8,
@@ -460,8 +470,12 @@ impl Model for Fenced {
             if node.up {
                 let impaired_after =
                     self.impaired_count(state) + usize::from(!self.impaired(state, n));
+                // A repair's write to it on its way: it may restart first.
+                let repair_writing = state.clients.iter().any(|c| {
+                    matches!(c.repair, Some(Repair::Writing { target, .. }) if target as usize == n)
+                });
                 if state.crashes_left > 0
-                    && self.background_quiet(state)
+                    && (self.background_quiet(state) || repair_writing)
                     && (self.beyond || impaired_after <= self.tolerated())
                 {
                     actions.push(Action::Crash(n as u8));
@@ -521,8 +535,13 @@ impl Model for Fenced {
                 node.counter = None;
                 node.vouched = None;
                 s.crashes_left -= 1;
-                // Requests still queued on its connections die with it.
-                s.net.retain(|m| m.node != n);
+                // Requests still queued on its connections die with it,
+                // but for a repair's write: one whose witnesses were read
+                // before the crash may still be sent after it, on a new
+                // connection.
+                s.net.retain(|m| {
+                    m.node != n || (m.repair && matches!(m.body, Body::Raise { vouch: true, .. }))
+                });
             }
             Action::Snapshot(n) => {
                 let node = &mut s.nodes[n as usize];

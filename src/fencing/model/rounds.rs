@@ -141,6 +141,7 @@ impl Fenced {
                                 min: guess,
                                 seed: false,
                                 vouch: false,
+                                on_epoch: None,
                             },
                         );
                     }
@@ -161,6 +162,7 @@ impl Fenced {
                                 min: candidate,
                                 seed: false,
                                 vouch: false,
+                                on_epoch: None,
                             },
                         );
                     }
@@ -200,6 +202,7 @@ impl Fenced {
                             min: token,
                             seed: true,
                             vouch: true,
+                            on_epoch: None,
                         },
                     );
                 }
@@ -247,6 +250,7 @@ impl Fenced {
                         min: 0,
                         seed: false,
                         vouch: false,
+                        on_epoch: None,
                     },
                 );
             } else {
@@ -321,6 +325,7 @@ impl Fenced {
                         min: token,
                         seed: true,
                         vouch: false,
+                        on_epoch: None,
                     },
                 );
             }
@@ -417,8 +422,24 @@ impl Fenced {
                     epoch: n.epoch,
                 }
             }
-            Body::Raise { min, seed, vouch } => {
+            Body::Raise {
+                min,
+                seed,
+                vouch,
+                on_epoch,
+            } => {
                 let before = n.counter;
+                if on_epoch.is_some_and(|epoch| epoch != n.epoch) {
+                    // Meant for a run of the server that ended: not
+                    // applied.
+                    let reply = Body::CounterReply {
+                        before,
+                        after: before,
+                        epoch: n.epoch,
+                        vouched: false,
+                    };
+                    return self.deliver_to_client(state, Msg { body: reply, ..msg });
+                }
                 let vouched = n.vouched == Some(n.epoch);
                 n.counter = match before {
                     Some(c) => Some(c.max(min)),
