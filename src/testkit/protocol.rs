@@ -283,14 +283,27 @@ pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
 }
 
 /// The fencing counter raise of a settled token (a missing counter is
-/// created at `minimum`), with no expiry. Reply: `[before (-1: missing),
-/// after]`.
+/// created at `minimum`, and vouched for under the server's `run_id`),
+/// with no expiry. Reply: `[before (-1: missing), after, vouched before
+/// (1/0)]`.
 pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
     script(wire::raise_token(
         &LockKeys::new(name),
         minimum,
         wire::Missing::Seed,
         None,
+    ))
+}
+
+/// A repair's write of `value`: as [`raise_token`], applied only while
+/// the server's `run_id` is `run_id`. Reply: as [`raise_token`]'s, or
+/// `[-2, 0, 0]` (nothing written) on another run.
+pub fn repair_token(name: &str, value: u64, run_id: &str) -> ScriptInvocation<'static> {
+    script(wire::repair_token(
+        &LockKeys::new(name),
+        value,
+        None,
+        run_id,
     ))
 }
 

@@ -114,12 +114,7 @@ pub async fn run<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis
 /// a seal leaves it (under the server's `run_id`): a counter a settlement
 /// takes as a witness. (A counter set by hand alone proves nothing.)
 pub async fn set_sealed_counter(url: &str, name: &str, value: u64) {
-    let info: String = run(url, redis::cmd("INFO").arg("server")).await.unwrap();
-    let run_id = info
-        .lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .expect("INFO server names the run_id")
-        .trim();
+    let run_id = run_id(url).await;
     let _: () = run(
         url,
         redis::cmd("MSET")
@@ -130,6 +125,16 @@ pub async fn set_sealed_counter(url: &str, name: &str, value: u64) {
     )
     .await
     .unwrap();
+}
+
+/// The `run_id` of the server at `url` now.
+pub async fn run_id(url: &str) -> String {
+    let info: String = run(url, redis::cmd("INFO").arg("server")).await.unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .expect("INFO server names the run_id")
+        .trim()
+        .to_owned()
 }
 
 pub async fn exists(url: &str, key: &str) -> bool {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{counter_at, fenced, fenced_grant, nodes};
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TcpProxy, TestServer};
+use multilock::testkit::{RedisProcess, TcpProxy, TestServer, protocol};
 
 const NAME: &str = "restored";
 
@@ -83,4 +83,50 @@ async fn a_client_new_to_the_nodes_proves_its_token_from_another_clients_seal_an
     let token = fenced_grant(&newcomer, PATIENCE, "node 0 repaired, node 1 dead").await;
     assert_eq!(token, next + 1, "the newcomer's token is proven");
     drop(first);
+}
+
+/// The vouch on the wire: a seal vouches for the counter under the
+/// server's `run_id`, which the next read reports; a restart from a dump
+/// brings the counter and its vouch back, no longer vouched; a repair's
+/// write meant for the run before the restart writes nothing.
+#[tokio::test]
+async fn a_vouch_holds_for_one_run_of_the_server() {
+    let mut server = RedisProcess::start().await.unwrap();
+    let url = server.url();
+    let (before, after, vouched): (i64, i64, u8) =
+        eval(&url, protocol::raise_token("wire", 7)).await;
+    assert_eq!(
+        (before, after, vouched),
+        (-1, 7, 0),
+        "a new counter, sealed"
+    );
+    let (_, _, vouched): (i64, i64, u8) = eval(&url, protocol::raise_token("wire", 7)).await;
+    assert_eq!(vouched, 1, "the seal vouched for it");
+    let old_run = run_id(&url).await;
+    save(&server).await;
+
+    server.restart().await.unwrap();
+    assert!(exists(&url, &protocol::token_vouch_key("wire")).await);
+    let (before, _, vouched): (i64, i64, u8) =
+        eval(&url, protocol::repair_token("wire", 9, &old_run)).await;
+    assert_eq!((before, vouched), (-2, 0), "meant for the run before");
+    assert_eq!(counter_at(&server, "wire").await, 7, "nothing written");
+    let (before, after, vouched): (i64, i64, u8) =
+        eval(&url, protocol::repair_token("wire", 9, &run_id(&url).await)).await;
+    assert_eq!(
+        (before, after, vouched),
+        (7, 9, 0),
+        "restored from the dump, not vouched for on this run"
+    );
+    let (_, _, vouched): (i64, i64, u8) = eval(&url, protocol::raise_token("wire", 0)).await;
+    assert_eq!(vouched, 1, "the repair vouched for it");
+}
+
+async fn eval<T: redis::FromRedisValue>(url: &str, call: redis::ScriptInvocation<'static>) -> T {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    call.invoke_async(&mut conn).await.unwrap()
 }
