@@ -13,10 +13,12 @@
 //!   it, so the name is repaired as soon as any of them notices.
 //! - **Trust is vouched for by the node, per name, not kept by the
 //!   client.** A counter is a witness only when the node vouches for it:
-//!   seals and repairs write, beside the counter, the `run_id` of the
-//!   server they wrote on (`multilock_token_vouch:{name}`), and the
-//!   settlement reads both in one script against the `run_id` the server
-//!   reports there. Trust kept by each client (the `run_id`s it saw)
+//!   seals and repairs write, beside the counter, the `run_id` and
+//!   replication ID of the server they wrote on and the value they left
+//!   (`multilock_token_vouch:{name}`), and the settlement reads both in
+//!   one script against what the server reports there (a restart changes
+//!   the `run_id`, a promotion the replication ID, and a counter set back
+//!   falls below the value). Trust kept by each client (the `run_id`s it saw)
 //!   failed a client new to a node restarted from a stale dump: it took
 //!   the stale counter for a witness and handed out a token again (the
 //!   model found it). A per-node marker written by a full repair (a SCAN

@@ -60,8 +60,9 @@ end
 }
 pub(super) use raisable_counter_lua;
 
-/// KEYS[1] token counter, KEYS[2] its vouch (the `run_id` of the server a
-/// seal or a repair last wrote it on). ARGV[1] minimum. ARGV[2] `1`: the
+/// KEYS[1] token counter, KEYS[2] its vouch (`<run_id>:<master_replid>:<value>`:
+/// the server's process and replication ID, and the value, when a seal or
+/// a repair last wrote the counter). ARGV[1] minimum. ARGV[2] `1`: the
 /// minimum is a settled token (a seal's, or a repair's value): create a
 /// missing counter at it, and vouch for the counter under the server's
 /// `run_id` now; `0`: leave a missing counter missing, and the vouch as
@@ -75,10 +76,14 @@ pub(super) use raisable_counter_lua;
 /// counter was there and vouched for under this run_id)}`. Values are
 /// written as the strings they came as, so no double is formatted back.
 ///
-/// The vouch is read in the script, against the `run_id` the server
-/// reports there (`INFO server`), so it says exactly whether the counter
-/// was sealed or repaired since the server last started: a restart from a
-/// stale dump brings back a vouch of the old run, whoever reads it.
+/// The vouch is read in the script, against the `run_id` and replication
+/// ID the server reports there (`INFO`), so it says exactly whether the
+/// counter was sealed or repaired since the server last started or was
+/// promoted: a restart from a stale dump brings back a vouch of the old
+/// run, and a primary demoted, resynced from a replica that missed its
+/// last seal, and promoted back gets a new replication ID, whoever reads
+/// it. A counter below the value vouched for (deleted and INCRed, or set
+/// back by hand) is not vouched either.
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 pub(super) const RAISE_TOKEN_LUA: &str = concat!(
     raisable_counter_lua!(),
@@ -92,7 +97,16 @@ local run = string.match(redis.call('info', 'server'), 'run_id:(%x+)')
 if ARGV[4] ~= '' and ARGV[4] ~= run then
     return {-2, 0, 0}
 end
-local vouched = before ~= false and redis.call('get', KEYS[2]) == run
+-- The server's data as it is: this process (a restart changes the
+-- run_id) in this role (a promotion, even back to a primary that was
+-- demoted and resynced, changes the replication ID).
+local mark = run .. ':' .. string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') .. ':'
+local vouch = redis.call('get', KEYS[2])
+-- Vouched: marked for this data, and not below the value vouched for (a
+-- counter deleted and INCRed, or set back, is not what was sealed).
+local vouched = before ~= false and vouch ~= false
+    and string.sub(vouch, 1, #mark) == mark
+    and tonumber(before) >= (tonumber(string.sub(vouch, #mark + 1)) or math.huge)
 local after = ARGV[1]
 if before == false then
     if ARGV[2] ~= '1' then
@@ -108,17 +122,13 @@ elseif after ~= before then
 else
     redis.call('persist', KEYS[1])
 end
-if ARGV[2] == '1' then
+-- A settled value is vouched for; a vouched counter raised stays vouched,
+-- at its new value (so setting it back below is seen).
+if ARGV[2] == '1' or vouched then
     if ARGV[3] ~= '0' then
-        redis.call('set', KEYS[2], run, 'px', ARGV[3])
+        redis.call('set', KEYS[2], mark .. after, 'px', ARGV[3])
     else
-        redis.call('set', KEYS[2], run)
-    end
-elseif vouched then
-    if ARGV[3] ~= '0' then
-        redis.call('pexpire', KEYS[2], ARGV[3])
-    else
-        redis.call('persist', KEYS[2])
+        redis.call('set', KEYS[2], mark .. after)
     end
 end
 return {tonumber(before or -1), tonumber(after), vouched and 1 or 0}
@@ -135,8 +145,9 @@ pub(crate) struct Raised {
     /// missing and left so.
     pub(crate) after: u64,
     /// The counter before was vouched for: a seal or a repair wrote it
-    /// since the server last started, so it is at least every token a
-    /// seal left there (a witness, for any client).
+    /// since the server last started or was promoted, and it is not below
+    /// what they left, so it is at least every token a seal left there (a
+    /// witness, for any client).
     pub(crate) vouched: bool,
 }
 

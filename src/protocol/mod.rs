@@ -125,8 +125,8 @@ impl LockKeys {
     }
 
     /// The vouch of the fencing counter, `multilock_token_vouch:{name}`
-    /// (in the counter's slot): the `run_id` of the server a seal or a
-    /// repair last wrote the counter on. Made on use: only multi-node
+    /// (in the counter's slot): the `run_id`, replication ID and value
+    /// a seal or a repair last left the counter at. Made on use: only multi-node
     /// fencing needs it.
     pub(crate) fn token_vouch(&self) -> String {
         prefixed("multilock_token_vouch", &self.name)

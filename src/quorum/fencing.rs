@@ -72,9 +72,11 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let reports = |answers: &[(usize, Raised)]| -> Vec<CounterReport> {
             answers
                 .iter()
-                .map(|(_, raised)| CounterReport {
+                .map(|(index, raised)| CounterReport {
                     value: raised.before,
-                    intact: raised.vouched,
+                    // Vouched for by its node, and not seen restarting by
+                    // this client since it last repaired it.
+                    intact: raised.vouched && book.is_intact(&group.parts[*index]),
                 })
                 .collect()
         };

@@ -208,11 +208,13 @@ impl<P: QuorumPolicy> QuorumLock<P> {
     /// settlement.
     ///
     /// A counter is a witness only when its node vouches for it: the seal
-    /// and every repair write, beside it, the `run_id` of the server they
-    /// wrote on (`multilock_token_vouch:{name}`), and the settlement reads
-    /// the vouch with the counter, in one script. A restart (empty, or from
-    /// a stale dump) or a failover leaves the counter unvouched for every
-    /// client, including one that never saw the node. A token is proven
+    /// and every repair write, beside it, the `run_id` and replication ID
+    /// of the server they wrote on and the value they left
+    /// (`multilock_token_vouch:{name}`), and the settlement reads the vouch
+    /// with the counter, in one script. A restart (empty, or from a stale
+    /// dump), a failover or failback, or a counter set back below that
+    /// value leaves it unvouched for every client, including one that
+    /// never saw the node. A token is proven
     /// when the settlement read `nodes - quorum + 1` vouched counters (they
     /// share a node with every earlier seal). The client also watches the
     /// nodes of every name it has fenced: a node whose `run_id` changed,

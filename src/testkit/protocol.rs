@@ -56,8 +56,8 @@ pub fn token_key(name: &str) -> String {
     LockKeys::new(name).token
 }
 
-/// The vouch of lock `name`'s fencing counter on a node: the `run_id` of
-/// the server a seal or a repair last wrote the counter on.
+/// The vouch of lock `name`'s fencing counter on a node: the `run_id`,
+/// replication ID and value a seal or a repair last left the counter at.
 pub fn token_vouch_key(name: &str) -> String {
     LockKeys::new(name).token_vouch()
 }

@@ -11,7 +11,7 @@ impl Fenced {
     pub(super) fn trusts(&self, client: &Client, node: usize, vouched: bool) -> bool {
         match self.trust {
             Trust::Book => client.unrepaired & bit(node) == 0,
-            Trust::Vouched => vouched,
+            Trust::Vouched => vouched && client.unrepaired & bit(node) == 0,
         }
     }
 

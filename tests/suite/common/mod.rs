@@ -110,21 +110,24 @@ pub async fn run<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> redis
         })
 }
 
-/// Sets lock `name`'s fencing counter at `url` to `value`, vouched for as
-/// a seal leaves it (under the server's `run_id`): a counter a settlement
-/// takes as a witness. (A counter set by hand alone proves nothing.)
+/// Seals lock `name`'s fencing counter at `url` at `value` (a missing one
+/// is created): vouched for, as a seal leaves it, so a settlement takes it
+/// as a witness. (A counter set by hand alone proves nothing.)
 pub async fn set_sealed_counter(url: &str, name: &str, value: u64) {
-    let run_id = run_id(url).await;
-    let _: () = run(
-        url,
-        redis::cmd("MSET")
-            .arg(protocol::token_key(name))
-            .arg(value)
-            .arg(protocol::token_vouch_key(name))
-            .arg(run_id),
-    )
-    .await
-    .unwrap();
+    let _: (i64, i64, u8) = eval(url, protocol::raise_token(name, value)).await;
+}
+
+/// One script call on a fresh connection to `url`.
+pub async fn eval<T: redis::FromRedisValue>(
+    url: &str,
+    call: redis::ScriptInvocation<'static>,
+) -> T {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    call.invoke_async(&mut conn).await.unwrap()
 }
 
 /// The `run_id` of the server at `url` now.

@@ -339,4 +339,5 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 mod availability;
 mod counters;
 mod expiry;
+mod rewritten;
 mod stale_dump;

@@ -121,12 +121,3 @@ async fn a_vouch_holds_for_one_run_of_the_server() {
     let (_, _, vouched): (i64, i64, u8) = eval(&url, protocol::raise_token("wire", 0)).await;
     assert_eq!(vouched, 1, "the repair vouched for it");
 }
-
-async fn eval<T: redis::FromRedisValue>(url: &str, call: redis::ScriptInvocation<'static>) -> T {
-    let mut conn = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    call.invoke_async(&mut conn).await.unwrap()
-}
