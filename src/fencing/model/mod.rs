@@ -73,8 +73,7 @@ pub(super) enum Trust {
     /// The shipped protocol: those the node vouches for, read with the
     /// counter: written by a seal or a repair under the node's current
     /// epoch (its `run_id`), a vouch lost or outdated by any restart,
-    /// whoever sees it; and of those, the ones the client's book has not
-    /// seen restart since it repaired them.
+    /// whoever sees it.
     Vouched,
 }
 
