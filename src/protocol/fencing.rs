@@ -61,20 +61,22 @@ end
 pub(super) use raisable_counter_lua;
 
 /// KEYS[1] token counter, KEYS[2] its vouch (`<run_id>:<master_replid>:<value>`:
-/// the server's process and replication ID, and the value, when a seal or
-/// a repair last wrote the counter). ARGV[1] minimum. ARGV[2] `1`: the
-/// minimum is a settled token (a seal's, or a repair's value): create a
-/// missing counter at it, and vouch for the counter under the server's
-/// `run_id` now; `0`: leave a missing counter missing, and the vouch as
-/// it is. ARGV[4] the `run_id` the raise is meant for (a repair's write:
-/// its witnesses were read for that run of the server), or empty for any:
-/// on another run nothing is written, and the reply is `{-2, 0, 0}`.
-/// ARGV[3] the counter's expiry (ms) from now, renewed with its
-/// vouch whenever the counter exists after the raise; `0`: none (an expiry
-/// another client left on them is removed). Reply: `{before (-1 when the
-/// counter was missing), after (0 when it still is), vouched (1 when the
-/// counter was there and vouched for under this run_id)}`. Values are
-/// written as the strings they came as, so no double is formatted back.
+/// the server's process and replication ID, and the value, when a seal, a
+/// repair or a raise of a vouched counter last wrote it). ARGV[1] minimum.
+/// ARGV[2] `1`: the minimum is a settled token (a seal's, or a repair's
+/// value): create a missing counter at it, and vouch for the counter;
+/// `0`: leave a missing counter missing, and vouch only for a counter
+/// that was vouched for. ARGV[3] the counter's expiry (ms) from now,
+/// renewed with its vouch whenever the counter exists after the raise;
+/// `0`: none (an expiry another client left on them is removed). ARGV[4]
+/// the `run_id` the raise is meant for (a repair's write: its witnesses
+/// were read for that run of the server), or empty for any: on another
+/// run nothing is written, and the reply is `{-2, 0, 0}`. Reply:
+/// `{before (-1 when the counter was missing), after (0 when it still
+/// is), vouched (1 when the counter was there and vouched for on this
+/// run and replication ID, at or above the value vouched for)}`. Values
+/// are written as the strings they came as, so no double is formatted
+/// back.
 ///
 /// The vouch is read in the script, against the `run_id` and replication
 /// ID the server reports there (`INFO`), so it says exactly whether the

@@ -15,6 +15,22 @@ fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
     servers.iter().map(node).collect()
 }
 
+/// The nodes of `servers` (three), node 2 reached through a proxy that
+/// can cut it off (a seal then misses it, and it stays behind).
+async fn node_2_behind_a_proxy(
+    servers: &[RedisProcess],
+) -> (multilock::testkit::TcpProxy, Vec<Node>) {
+    let proxy = multilock::testkit::TcpProxy::start(servers[2].port())
+        .await
+        .unwrap();
+    let nodes = vec![
+        node(&servers[0]),
+        node(&servers[1]),
+        node_at(&proxy.url(), Duration::from_millis(500)),
+    ];
+    (proxy, nodes)
+}
+
 fn fenced(client: &Client, nodes: &[Node], name: &str) -> RedLock {
     client.red_lock_on(nodes, name).unwrap().with_fencing()
 }

@@ -5,11 +5,9 @@
 //! audit reproduced a token handed out twice in each, with vouches that
 //! named only the `run_id`.
 
-use std::time::Duration;
-
-use super::{counter, counter_at, fenced, fenced_grant};
+use super::{counter, counter_at, fenced, fenced_grant, node_2_behind_a_proxy};
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TcpProxy, TestServer, protocol};
+use multilock::testkit::{RedisProcess, TestServer, protocol};
 
 async fn info_field(url: &str, section: &str, field: &str) -> String {
     let info: String = run(url, redis::cmd("INFO").arg(section)).await.unwrap();
@@ -71,12 +69,7 @@ async fn failback_scenario(newcomer: bool) {
         .unwrap();
     }
     replicaof(&replica, Some(&servers[0])).await;
-    let proxy = TcpProxy::start(servers[2].port()).await.unwrap();
-    let red_nodes = vec![
-        node(&servers[0]),
-        node(&servers[1]),
-        node_at(&proxy.url(), Duration::from_millis(500)),
-    ];
+    let (proxy, red_nodes) = node_2_behind_a_proxy(&servers).await;
     let first = fenced(&client(), &red_nodes, NAME);
     let before = fenced_grant(&first, PATIENCE, "all up").await;
     wait_synced(&replica, NAME, before).await;
@@ -146,12 +139,7 @@ enum Rewrite {
 async fn rewrite_scenario(newcomer: bool, how: Rewrite) {
     let name = "rewrite";
     let mut servers = servers(3).await;
-    let proxy = TcpProxy::start(servers[2].port()).await.unwrap();
-    let red_nodes = vec![
-        node(&servers[0]),
-        node(&servers[1]),
-        node_at(&proxy.url(), Duration::from_millis(500)),
-    ];
+    let (proxy, red_nodes) = node_2_behind_a_proxy(&servers).await;
     let first = fenced(&client(), &red_nodes, name);
     let before = fenced_grant(&first, PATIENCE, "all up").await;
     proxy.black_hole();

@@ -3,11 +3,9 @@
 //! the counter; the vouch read with it (the run the counter was last
 //! sealed or repaired under) tells every client.
 
-use std::time::Duration;
-
-use super::{counter_at, fenced, fenced_grant, nodes};
+use super::{counter_at, fenced, fenced_grant, node_2_behind_a_proxy, nodes};
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TcpProxy, TestServer, protocol};
+use multilock::testkit::{RedisProcess, TestServer, protocol};
 
 const NAME: &str = "restored";
 
@@ -22,13 +20,8 @@ const NAME: &str = "restored";
 #[tokio::test]
 async fn a_client_new_to_a_node_restored_from_a_stale_dump_hands_out_a_higher_token() {
     let mut servers = servers(3).await;
-    let proxy = TcpProxy::start(servers[2].port()).await.unwrap();
     // The first client reaches node 2 through a proxy that can cut it off.
-    let first_nodes = vec![
-        node(&servers[0]),
-        node(&servers[1]),
-        node_at(&proxy.url(), Duration::from_millis(500)),
-    ];
+    let (proxy, first_nodes) = node_2_behind_a_proxy(&servers).await;
     let first = fenced(&client(), &first_nodes, NAME);
     let before = fenced_grant(&first, PATIENCE, "all up").await;
     save(&servers[0]).await;
