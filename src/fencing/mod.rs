@@ -29,13 +29,16 @@
 //!   and costs a new name nothing the floor does not already pay: with
 //!   counters that expire, a missing counter proves only an idle name,
 //!   whose next token the floor gives anyway.
-//! - **A repair writes only on the run it read for.** Its witnesses were
-//!   read for one run of the target; a restart between those reads and
-//!   its write may have lost a token sealed there meanwhile, and a write
-//!   vouched under the new run would make the target a witness below it
-//!   (the model finds the token handed out again). The script compares
-//!   the run the repair names with the server's, and writes nothing on
-//!   another: the repair reads again.
+//! - **A repair writes only on the data it read for.** Its witnesses were
+//!   read for the target's data as it was (its mark, `run_id` and
+//!   replication ID, read on the target first); a restart or a failback
+//!   between those reads and its write may have lost a token sealed there
+//!   meanwhile, and a write vouched under the new mark would make the
+//!   target a witness below it (the model finds the token handed out
+//!   again). The script compares the mark the repair names with the
+//!   server's, and writes nothing under another: the repair reads again.
+//!   The mark is read from the server that holds the counter, so on a
+//!   Cluster node it is the name's shard's, not the node's.
 //! - **Restarts are noticed eagerly**: each node of a fenced lock is
 //!   watched (a lost connection is re-made at once, and the new connection
 //!   reports the `run_id`), and every counter a reply carries is compared

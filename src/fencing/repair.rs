@@ -192,10 +192,16 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
         .iter()
         .filter(|lock| lock.node().id() != target.node().id())
         .collect();
-    // The target's run as known before the reads: the repair writes only
-    // there (an older one known fails the write, and the repair is tried
-    // again).
-    let run_id = target.node().server_run_id();
+    // The target's data as it is before the reads: the repair writes only
+    // there (a restart or a promotion since fails the write, and the
+    // repair is tried again).
+    let mark = protocol::server_mark(target.keys());
+    let patience = target.node().response_timeout();
+    let Ok(Ok(mark)) =
+        tokio::time::timeout(patience, target.node().run(target.lane(), &mark)).await
+    else {
+        return Repair::Failed;
+    };
     let sent_at = tokio::time::Instant::now();
     let expiry = book.upgrade().and_then(|book| book.counter_expiry);
     let reads = join_all(others.iter().map(|lock| async move {
@@ -235,12 +241,10 @@ async fn repair(book: &WeakBook, work: &Work, patient: bool) -> Repair {
     }
     let written = match value {
         Some(value) => {
-            // Only on the run the witnesses were read for: a restart
-            // since may have lost a token sealed there after the reads.
-            let Some(run_id) = run_id else {
-                return Repair::Failed;
-            };
-            let raise = protocol::repair_token(target.keys(), value, expiry, &run_id);
+            // Only on the data the witnesses were read for: a restart or
+            // a failback since may have lost a token sealed there after
+            // the reads.
+            let raise = protocol::repair_token(target.keys(), value, expiry, &mark);
             let patience = target.node().response_timeout();
             match tokio::time::timeout(patience, target.node().run(target.lane(), &raise)).await {
                 Ok(Ok(Some(raised))) => Some(raised.after),

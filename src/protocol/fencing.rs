@@ -60,6 +60,27 @@ end
 }
 pub(super) use raisable_counter_lua;
 
+/// The Lua function the fencing scripts name the server's data with,
+/// `server_mark()`: `<run_id>:<master_replid>`, as `INFO` reports them in
+/// the script. A restart changes the first; a promotion (even back to a
+/// primary that was demoted and resynced) the second.
+macro_rules! server_mark_lua {
+    () => {
+        r#"
+local function server_mark()
+    return string.match(redis.call('info', 'server'), 'run_id:(%x+)') .. ':'
+        .. string.match(redis.call('info', 'replication'), 'master_replid:(%x+)')
+end
+"#
+    };
+}
+
+/// KEYS[1] the token counter, only to route the call to the server that
+/// holds it. Reply: the server's mark, `<run_id>:<master_replid>` (what a
+/// repair names as the data it read its witnesses for).
+pub(super) static SERVER_MARK: LazyLock<Script> = LazyLock::new(|| Script::new(SERVER_MARK_LUA));
+pub(super) const SERVER_MARK_LUA: &str = concat!(server_mark_lua!(), "return server_mark()\n");
+
 /// KEYS[1] token counter, KEYS[2] its vouch (`<run_id>:<master_replid>:<value>`:
 /// the server's process and replication ID, and the value, when a seal, a
 /// repair or a raise of a vouched counter last wrote it). ARGV[1] minimum.
@@ -69,9 +90,10 @@ pub(super) use raisable_counter_lua;
 /// that was vouched for. ARGV[3] the counter's expiry (ms) from now,
 /// renewed with its vouch whenever the counter exists after the raise;
 /// `0`: none (an expiry another client left on them is removed). ARGV[4]
-/// the `run_id` the raise is meant for (a repair's write: its witnesses
-/// were read for that run of the server), or empty for any: on another
-/// run nothing is written, and the reply is `{-2, 0, 0}`. Reply:
+/// the server's mark (`<run_id>:<master_replid>`) the raise is meant for
+/// (a repair's write: its witnesses were read for the server's data under
+/// that mark), or empty for any: under another mark nothing is written,
+/// and the reply is `{-2, 0, 0}`. Reply:
 /// `{before (-1 when the counter was missing), after (0 when it still
 /// is), vouched (1 when the counter was there and vouched for on this
 /// run and replication ID, at or above the value vouched for)}`. Values
@@ -89,20 +111,19 @@ pub(super) use raisable_counter_lua;
 pub(super) static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 pub(super) const RAISE_TOKEN_LUA: &str = concat!(
     raisable_counter_lua!(),
+    server_mark_lua!(),
     r#"
 local before = redis.call('get', KEYS[1])
 -- A seal adds nothing: it may find the last token (2^53 - 1) there.
 if before and not raisable(before) and not (ARGV[2] == '1' and before == '9007199254740991') then
     return not_raisable(KEYS[1])
 end
-local run = string.match(redis.call('info', 'server'), 'run_id:(%x+)')
-if ARGV[4] ~= '' and ARGV[4] ~= run then
+-- The server's data as it is: this process, in this role.
+local mark = server_mark()
+if ARGV[4] ~= '' and ARGV[4] ~= mark then
     return {-2, 0, 0}
 end
--- The server's data as it is: this process (a restart changes the
--- run_id) in this role (a promotion, even back to a primary that was
--- demoted and resynced, changes the replication ID).
-local mark = run .. ':' .. string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') .. ':'
+mark = mark .. ':'
 local vouch = redis.call('get', KEYS[2])
 -- Vouched: marked for this data, and not below the value vouched for (a
 -- counter deleted and INCRed, or set back, is not what was sealed).
@@ -188,17 +209,27 @@ pub(crate) fn raise_token(
 }
 
 /// A repair's write: as [`raise_token`] with [`Missing::Seed`], applied
-/// only while the server is on run `run_id`, the run the repair read its
-/// witnesses for. `None`: the server restarted since (it may have lost a
-/// token sealed after those reads), so nothing was written.
+/// only while the server's data is still under `mark` (see
+/// [`server_mark`]), the data the repair read its witnesses for. `None`:
+/// the server restarted or was promoted since (it may have lost a token
+/// sealed after those reads), so nothing was written.
 pub(crate) fn repair_token(
     keys: &LockKeys,
     value: u64,
     expiry: Option<Duration>,
-    run_id: &str,
+    mark: &str,
 ) -> Call<Option<Raised>> {
-    let invocation = raise_invocation(keys, value, Missing::Seed, expiry, run_id);
+    let invocation = raise_invocation(keys, value, Missing::Seed, expiry, mark);
     Call::script(invocation, decode_raise)
+}
+
+/// The mark of the data on the server that holds `keys`' counter (for a
+/// Cluster node: its shard's primary), `<run_id>:<master_replid>`: what a
+/// repair reads before its witnesses, and names in its write
+/// ([`repair_token`]).
+pub(crate) fn server_mark(keys: &LockKeys) -> Call<String> {
+    let invocation = SERVER_MARK.key(&keys.token);
+    Call::script(invocation, |reply| Ok(String::from_redis_value(reply)?))
 }
 
 fn raise_invocation(
@@ -206,7 +237,7 @@ fn raise_invocation(
     minimum: u64,
     missing: Missing,
     expiry: Option<Duration>,
-    run_id: &str,
+    mark: &str,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = RAISE_TOKEN.key(&keys.token);
     invocation
@@ -214,7 +245,7 @@ fn raise_invocation(
         .arg(minimum)
         .arg(u8::from(missing == Missing::Seed))
         .arg(expiry.map_or(0, |expiry| expiry.as_millis() as u64))
-        .arg(run_id);
+        .arg(mark);
     invocation
 }
 

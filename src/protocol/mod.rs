@@ -25,7 +25,9 @@ mod holds;
 mod read_keys;
 pub(crate) mod rw;
 
-pub(crate) use fencing::{Fencing, Missing, Raised, raise_token, read_token, repair_token};
+pub(crate) use fencing::{
+    Fencing, Missing, Raised, raise_token, read_token, repair_token, server_mark,
+};
 pub(crate) use holds::{
     acquire, bury, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
 };
@@ -309,7 +311,7 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 21] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 22] {
     [
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
@@ -317,6 +319,11 @@ pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 2
             "raise_token",
             fencing::RAISE_TOKEN_LUA,
             &fencing::RAISE_TOKEN,
+        ),
+        (
+            "server_mark",
+            fencing::SERVER_MARK_LUA,
+            &fencing::SERVER_MARK,
         ),
         ("release", holds::RELEASE_LUA, &holds::RELEASE),
         ("rollback", holds::ROLLBACK_LUA, &holds::ROLLBACK),

@@ -283,7 +283,7 @@ pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
 }
 
 /// The fencing counter raise of a settled token (a missing counter is
-/// created at `minimum`, and vouched for under the server's `run_id`),
+/// created at `minimum`, and vouched for under the server's mark),
 /// with no expiry. Reply: `[before (-1: missing), after, vouched before
 /// (1/0)]`.
 pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
@@ -296,15 +296,18 @@ pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
 }
 
 /// A repair's write of `value`: as [`raise_token`], applied only while
-/// the server's `run_id` is `run_id`. Reply: as [`raise_token`]'s, or
-/// `[-2, 0, 0]` (nothing written) on another run.
-pub fn repair_token(name: &str, value: u64, run_id: &str) -> ScriptInvocation<'static> {
-    script(wire::repair_token(
-        &LockKeys::new(name),
-        value,
-        None,
-        run_id,
-    ))
+/// the server's mark (`<run_id>:<master_replid>`, as `INFO` reports them)
+/// is `mark`. Reply: as [`raise_token`]'s, or `[-2, 0, 0]` (nothing
+/// written) under another mark.
+pub fn repair_token(name: &str, value: u64, mark: &str) -> ScriptInvocation<'static> {
+    script(wire::repair_token(&LockKeys::new(name), value, None, mark))
+}
+
+/// The mark of the data on the server that holds lock `name`'s fencing
+/// counter: `<run_id>:<master_replid>`, as a repair reads it before its
+/// witnesses.
+pub fn server_mark(name: &str) -> ScriptInvocation<'static> {
+    script(wire::server_mark(&LockKeys::new(name)))
 }
 
 /// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by

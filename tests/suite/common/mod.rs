@@ -132,10 +132,16 @@ pub async fn eval<T: redis::FromRedisValue>(
 
 /// The `run_id` of the server at `url` now.
 pub async fn run_id(url: &str) -> String {
-    let info: String = run(url, redis::cmd("INFO").arg("server")).await.unwrap();
+    info_field(url, "server", "run_id").await
+}
+
+/// Field `field` of section `section` of `INFO` on the server at `url`
+/// (empty when it does not report it).
+pub async fn info_field(url: &str, section: &str, field: &str) -> String {
+    let info: String = run(url, redis::cmd("INFO").arg(section)).await.unwrap();
     info.lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .expect("INFO server names the run_id")
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_default()
         .trim()
         .to_owned()
 }

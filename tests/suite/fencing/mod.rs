@@ -330,6 +330,72 @@ async fn counter(server: &RedisProcess, name: &str) -> Option<u64> {
     .unwrap()
 }
 
+/// Makes `server` a replica of `primary` (which then syncs it at once, not
+/// after its default 5 s wait for more replicas), or a primary again
+/// (`None`).
+async fn replicaof(server: &RedisProcess, primary: Option<&RedisProcess>) {
+    let mut cmd = redis::cmd("REPLICAOF");
+    match primary {
+        Some(primary) => {
+            let no_delay = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg(0)
+                .clone();
+            run::<()>(&primary.url(), &no_delay).await.unwrap();
+            cmd.arg("127.0.0.1").arg(primary.port())
+        }
+        None => cmd.arg("NO").arg("ONE"),
+    };
+    run::<()>(&server.url(), &cmd).await.unwrap();
+}
+
+/// Polls until `replica`'s link to its primary is up and its counter of
+/// `name` is `value` (synced).
+async fn wait_synced(replica: &RedisProcess, name: &str, value: Option<u64>) {
+    let url = replica.url();
+    eventually(
+        PATIENCE,
+        |seen: &String| format!("replica not synced: {seen}"),
+        || async {
+            let link = info_field(&url, "replication", "master_link_status").await;
+            let seen = counter(replica, name).await;
+            if link == "up" && seen == value {
+                Ok(())
+            } else {
+                Err(format!("link {link}, counter {seen:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// `<run_id>:<master_replid>` of the server at `url`: what its data is now
+/// (a restart changes the first, a promotion the second).
+async fn mark(url: &str) -> String {
+    let run = info_field(url, "server", "run_id").await;
+    let replid = info_field(url, "replication", "master_replid").await;
+    format!("{run}:{replid}")
+}
+
+/// Whether the server at `url` (the primary of `name`'s counter) vouches
+/// for its counter of `name`, read from outside: the vouch names the
+/// server's data now, at a value no higher than the counter.
+async fn vouched(url: &str, name: &str) -> bool {
+    let counter: Option<u64> = run(url, redis::cmd("GET").arg(protocol::token_key(name)))
+        .await
+        .unwrap();
+    let vouch: Option<String> = run(url, redis::cmd("GET").arg(protocol::token_vouch_key(name)))
+        .await
+        .unwrap();
+    let mark = format!("{}:", mark(url).await);
+    let vouched_value = vouch
+        .as_deref()
+        .and_then(|vouch| vouch.strip_prefix(&mark))
+        .and_then(|value| value.parse::<u64>().ok());
+    matches!((counter, vouched_value), (Some(c), Some(v)) if c >= v)
+}
+
 async fn has_counter(server: &RedisProcess, name: &str) -> bool {
     exists(&server.url(), &protocol::token_key(name)).await
 }
@@ -355,5 +421,6 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 mod availability;
 mod counters;
 mod expiry;
+mod failback;
 mod rewritten;
 mod stale_dump;

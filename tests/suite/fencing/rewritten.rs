@@ -5,45 +5,9 @@
 //! audit reproduced a token handed out twice in each, with vouches that
 //! named only the `run_id`.
 
-use super::{counter, counter_at, fenced, fenced_grant, node_2_behind_a_proxy};
+use super::{counter_at, fenced, fenced_grant, node_2_behind_a_proxy, replicaof, wait_synced};
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, protocol};
-
-async fn info_field(url: &str, section: &str, field: &str) -> String {
-    let info: String = run(url, redis::cmd("INFO").arg(section)).await.unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_owned()
-}
-
-async fn replicaof(server: &RedisProcess, master: Option<&RedisProcess>) {
-    let mut cmd = redis::cmd("REPLICAOF");
-    match master {
-        Some(m) => cmd.arg("127.0.0.1").arg(m.port()),
-        None => cmd.arg("NO").arg("ONE"),
-    };
-    run::<()>(&server.url(), &cmd).await.unwrap();
-}
-
-async fn wait_synced(replica: &RedisProcess, name: &str, value: u64) {
-    let url = replica.url();
-    eventually(
-        PATIENCE,
-        |seen: &String| format!("replica not synced: {seen}"),
-        || async {
-            let link = info_field(&url, "replication", "master_link_status").await;
-            let c = counter(replica, name).await;
-            if link == "up" && c == Some(value) {
-                Ok(())
-            } else {
-                Err(format!("link {link}, counter {c:?}"))
-            }
-        },
-    )
-    .await;
-}
+use multilock::testkit::{TestServer, protocol};
 
 /// A failover and a failback (Sentinel/Cluster style, done by hand with
 /// REPLICAOF): node 0's replica R is promoted in a partition while missing
@@ -57,22 +21,11 @@ async fn failback_scenario(newcomer: bool) {
     const NAME: &str = "failback";
     let mut servers = servers(3).await;
     let replica = server().await;
-    for s in servers.iter().chain([&replica]) {
-        run::<()>(
-            &s.url(),
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("repl-diskless-sync-delay")
-                .arg(0),
-        )
-        .await
-        .unwrap();
-    }
     replicaof(&replica, Some(&servers[0])).await;
     let (proxy, red_nodes) = node_2_behind_a_proxy(&servers).await;
     let first = fenced(&client(), &red_nodes, NAME);
     let before = fenced_grant(&first, PATIENCE, "all up").await;
-    wait_synced(&replica, NAME, before).await;
+    wait_synced(&replica, NAME, Some(before)).await;
 
     // Failover in a partition: R promoted, missing what node 0 gets next.
     replicaof(&replica, None).await;
@@ -84,7 +37,7 @@ async fn failback_scenario(newcomer: bool) {
     // Node 0 rejoins as R's replica, then is promoted back (failback).
     let run_id_before = info_field(&servers[0].url(), "server", "run_id").await;
     replicaof(&servers[0], Some(&replica)).await;
-    wait_synced(&servers[0], NAME, before).await;
+    wait_synced(&servers[0], NAME, Some(before)).await;
     replicaof(&servers[0], None).await;
     let run_id_after = info_field(&servers[0].url(), "server", "run_id").await;
     assert_eq!(run_id_before, run_id_after, "same process");
