@@ -36,26 +36,47 @@ pub(crate) enum Attempt {
     Expired,
 }
 
-/// How long a waiting acquire pauses before asking again when a Redis
-/// Cluster had no settled primary for its slot.
-const UNSETTLED_PAUSE: Duration = Duration::from_millis(100);
+/// How long a waiting acquire pauses before asking again after its node
+/// failed in passing.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// A waiting acquire's attempt that a Redis Cluster refused untried, with
-/// wait left ([`Unavailable::NoShard`]: a failover or a slot migration
-/// under way): as if taken, so it is asked again after a pause. Nothing
-/// was applied, so nothing needs undoing.
-fn retry_unsettled(
+/// A waiting acquire's attempt that its node failed in passing: the node
+/// unavailable (a connection refused or lost, a timeout, a suspect node, a
+/// Sentinel group naming no primary yet, a Cluster slot with no settled
+/// primary in a failover, a restart or a slot migration), or an error
+/// answer that is not permanent ([`Error::is_permanent`]: `LOADING`,
+/// `READONLY`, `BUSY`, ...). It is part of the wait, as if the lock were
+/// taken: asked again after a pause. (A grant the replicas did not
+/// acknowledge in time, [`Error::ReplicaSync`], is the node's answer, not
+/// a failure: it ends the wait.) A request whose outcome is unknown
+/// was settled already (rolled back exactly, in the background), so
+/// nothing is held or counted twice. `None` when the wait would end
+/// during the pause: not acquired within the wait. An attempt that is not
+/// `patient` (`try_lock`: no wait) reports the failure.
+fn retry_in_passing(
     attempt: Result<Option<Attempt>>,
     deadline: Option<Instant>,
+    patient: bool,
 ) -> Result<Option<Attempt>> {
     match attempt {
-        Err(Error::NodeUnavailable {
-            reason: Unavailable::NoShard,
-            ..
-        }) if deadline.is_none_or(|d| Instant::now() + UNSETTLED_PAUSE < d) => {
-            Ok(Some(Attempt::Taken(Some(UNSETTLED_PAUSE))))
+        Err(err) if patient && failed_in_passing(&err) => {
+            if deadline.is_some_and(|d| Instant::now() + RETRY_PAUSE >= d) {
+                tracing::debug!(error = %err, "the node failed in passing as the wait ended");
+                return Ok(None);
+            }
+            // The node logs each change of its health once.
+            tracing::debug!(error = %err, "the node failed in passing: part of the wait");
+            Ok(Some(Attempt::Taken(Some(RETRY_PAUSE))))
         }
         other => other,
+    }
+}
+
+fn failed_in_passing(err: &Error) -> bool {
+    match err {
+        Error::NodeUnavailable { .. } => true,
+        Error::Redis { .. } => !err.is_permanent(),
+        _ => false,
     }
 }
 
@@ -146,6 +167,8 @@ impl Lock {
         // The first attempt of a zero wait (`try_lock`) gets the node's own
         // timeouts: a deadline already past would cut it before it is sent.
         let first_bound = deadline.filter(|d| *d > Instant::now());
+        // A wait (not `try_lock`) goes on through the node's failures.
+        let patient = first_bound.is_some() || deadline.is_none();
         // `first`: what the loop's first pass does.
         let (subscription, mut bound, mut first) = match self.inner.node.join_subscription(channel)
         {
@@ -154,7 +177,7 @@ impl Lock {
                 QueueSeat::sending(seat);
                 let attempt = self.attempt_by(owner, lease, first_bound).await;
                 QueueSeat::returned(seat);
-                match retry_unsettled(attempt, deadline)? {
+                match retry_in_passing(attempt, deadline, patient)? {
                     Some(Attempt::Granted(part)) => return Ok(Some(part)),
                     Some(Attempt::Taken(_)) => *first_taken = Some(Instant::now()),
                     Some(Attempt::Expired) => {}
@@ -187,7 +210,7 @@ impl Lock {
                     QueueSeat::sending(seat);
                     let attempt = self.attempt_by(owner, lease, bound).await;
                     QueueSeat::returned(seat);
-                    let ttl = match retry_unsettled(attempt, deadline)? {
+                    let ttl = match retry_in_passing(attempt, deadline, patient)? {
                         // A grant hands the check on (the duty drops): the
                         // next waiter's attempt tells the others, as one of
                         // them may share this owner and re-enter.

@@ -11,7 +11,11 @@ use crate::timing::check_lease;
 
 impl Lock {
     /// Acquires, waiting as long as it takes. Without a lease: the watchdog
-    /// renews the lock while the guard lives.
+    /// renews the lock while the guard lives. The node's failures in
+    /// passing are part of the wait: a connection refused or lost, a
+    /// timeout, a suspect node, a server restarting in place, a Sentinel
+    /// group naming no primary yet, a Cluster shard with no primary during
+    /// a failover; the node logs each change of its health once.
     ///
     /// # Examples
     ///
@@ -25,7 +29,11 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) / [`Error::Redis`](crate::Error::Redis) when the node fails.
+    /// Only a permanent error ([`Error::is_permanent`](crate::Error::is_permanent):
+    /// a refused password or ACL, the key holding another type, a plain
+    /// `ERR`) ends the wait, and, for a lock with replica sync, a grant
+    /// the replicas did not acknowledge in time
+    /// ([`Error::ReplicaSync`](crate::Error::ReplicaSync); it was released).
     ///
     /// # Cancel safety
     ///
@@ -91,7 +99,9 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::lock`].
+    /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) /
+    /// [`Error::Redis`](crate::Error::Redis) when the node fails: at once,
+    /// as there is no wait to go on with.
     ///
     /// # Cancel safety
     ///
@@ -101,7 +111,9 @@ impl Lock {
     }
 
     /// Tries for at most `wait`; `lease` fixes the lease, `None` lets the
-    /// watchdog renew. `None` when the lock was not granted in time.
+    /// watchdog renew. `None` when the lock was not granted in time, also
+    /// when the node was unavailable until then: as for [`Lock::lock`], the
+    /// node's failures in passing are part of the wait.
     ///
     /// Waiting is driven by the unlock message on the lock's channel; each
     /// wait also ends after the holder's remaining TTL, so a lost message

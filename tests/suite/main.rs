@@ -32,6 +32,7 @@ mod proxy;
 mod redisson_family;
 mod redlock;
 mod reentrancy;
+mod ride_through;
 mod rwlock;
 mod scenarios;
 mod scoped;

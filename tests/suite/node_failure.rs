@@ -92,9 +92,11 @@ async fn waiters_survive_a_lost_subscription() {
     );
 }
 
-/// A waiter whose node restarts gets a typed error or the lock: never a hang.
+/// A waiter whose node restarts (empty: the holder's key is gone) is
+/// granted once the node is back, promptly: the restart is part of its
+/// wait, never an error, never a hang.
 #[tokio::test]
-async fn waiters_through_a_restart_end_promptly() {
+async fn a_waiter_is_granted_promptly_after_a_restart() {
     let mut server = server().await;
     let node = node(&server);
     let holder = client()
@@ -117,8 +119,7 @@ async fn waiters_through_a_restart_end_promptly() {
         .unwrap();
     match outcome {
         Ok(Some(guard)) => guard.unlock().await.unwrap(),
-        Err(err) => assert!(err.is_node_unavailable(), "{err:?}"),
-        Ok(None) => panic!("the wait was not over"),
+        other => panic!("not granted through the restart: {other:?}"),
     }
     drop(holder);
 }
@@ -227,10 +228,8 @@ async fn the_rollback_of_an_unapplied_reentry_spares_the_outer_hold() {
         .await
         .unwrap();
     let sleeper = debug_sleep(&server, 1.5).await;
-    let err = lock
-        .lock_with_lease(Duration::from_secs(20))
-        .await
-        .unwrap_err();
+    // One attempt (a wait would go on through the timeout).
+    let err = lock.try_lock().await.unwrap_err();
     assert!(err.is_node_unavailable(), "{err}");
     sleeper.await.unwrap();
     // Whatever the rollback does, it does within a few seconds.

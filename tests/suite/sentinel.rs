@@ -6,8 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
-use multilock::testkit::{SentinelGroup, TestServer};
+use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
 use multilock::{Client, Error, Lock, Node, Owner, Unavailable};
 
 use crate::common::*;
@@ -299,10 +298,12 @@ async fn a_waiter_moves_with_the_failover_and_is_woken_on_the_new_primary() {
 }
 
 /// No sentinel runs and the node never connected: no primary to go to.
-/// Every kind of acquire fails fast with a typed error naming the node,
-/// the first with `NoPrimary`; none hangs.
+/// `try_lock` reports it at once, typed and naming the node; a wait goes
+/// on through it (Sentinel naming no primary yet is part of the wait):
+/// `try_lock_for` ends empty at its deadline, and `lock()` waits until the
+/// sentinels are back, then is granted.
 #[tokio::test]
-async fn with_every_sentinel_down_a_fresh_node_reports_no_primary() {
+async fn with_every_sentinel_down_try_lock_reports_no_primary_and_waits_go_on() {
     let mut group = group().await;
     group.kill_sentinels().await.unwrap();
     let node = sentinel_node(&group);
@@ -324,32 +325,25 @@ async fn with_every_sentinel_down_a_fresh_node_reports_no_primary() {
         other => panic!("expected NoPrimary, got {other:?}"),
     }
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    // The node is now suspect: later requests fail at once, typed.
-    for attempt in [
-        lock.lock().boxed(),
-        lock.lock_with_lease(LONG_LEASE).boxed(),
-    ] {
-        let err = tokio::time::timeout(bound, attempt)
+    let waiting = lock.clone();
+    let waiter = tokio::spawn(async move { waiting.lock_with_lease(LONG_LEASE).await });
+    let bounded = tokio::time::timeout(bound, lock.try_lock_for(Duration::from_secs(1), None))
+        .await
+        .expect("no hang");
+    assert!(matches!(bounded, Ok(None)), "{bounded:?}");
+    assert!(!waiter.is_finished(), "lock() ended while no sentinel ran");
+    for sentinel in 0..3 {
+        group
+            .restart(GroupMember::Sentinel(sentinel))
             .await
-            .expect("no hang")
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::NodeUnavailable {
-                    reason: Unavailable::NoPrimary | Unavailable::Suspect,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+            .unwrap();
     }
-    assert!(
-        tokio::time::timeout(bound, lock.try_lock_for(Duration::from_secs(1), None))
-            .await
-            .expect("no hang")
-            .is_err()
-    );
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("granted once the sentinels are back")
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
 }
 
 /// The builder refuses what cannot work, and neither the data nodes'
