@@ -39,6 +39,15 @@
 //!   server's, and writes nothing under another: the repair reads again.
 //!   The mark is read from the server that holds the counter, so on a
 //!   Cluster node it is the name's shard's, not the node's.
+//! - **A seal claims its token.** It counts only the nodes it raised to
+//!   the token itself: two settlements of one counter at once (holds lost
+//!   in a restart, or two locks whose names give one counter key) each
+//!   read the other's guess and settled the same value, and each counted
+//!   the other's raise as its own (an audit reproduced it, the model finds
+//!   it: `shared=1`). The raise is atomic and two quorums share a node,
+//!   so only one of them can claim a value; the other seals a higher one,
+//!   a random step above (that retry is not in the model: it is a second
+//!   seal, above every counter seen, claimed the same way).
 //! - **Restarts are noticed eagerly**: each node of a fenced lock is
 //!   watched (a lost connection is re-made at once, and the new connection
 //!   reports the `run_id`), and every counter a reply carries is compared
@@ -93,6 +102,8 @@ mod tests {
             design,
             trust: Trust::Vouched,
             unguarded_repairs: false,
+            shared_counter: false,
+            unclaimed_seals: false,
             floor_after: FloorAfter::Quorum,
             nodes: 3,
             clients: 2,
@@ -123,6 +134,7 @@ mod tests {
                 "fresh" => model.fenced_once = value == 0,
                 "down" => model.down = value.into(),
                 "beyond" => model.beyond = value == 1,
+                "shared" => model.shared_counter = value == 1,
                 other => panic!("unknown model bound {other}"),
             }
         }
@@ -143,12 +155,14 @@ mod tests {
             return vec![bounds];
         }
         let stale_dump_slice = format!("{STALE_DUMP} states=150000");
+        let shared_counter_slice = format!("{SHARED_COUNTER} states=150000");
         let all = if cfg!(debug_assertions) {
             vec![
                 "fresh=1 down=1 grants=2 crashes=1 rounds=2 repairs=1 states=150000",
                 "grants=1 crashes=2 rounds=1 repairs=2 drops=1 states=150000",
                 "beyond=1 clients=1 grants=2 crashes=2 rounds=2 repairs=1 states=150000",
                 &stale_dump_slice,
+                &shared_counter_slice,
             ]
         } else {
             vec![
@@ -180,6 +194,10 @@ mod tests {
                 // of its target (whole: 36 M states; unguarded, the
                 // checker finds a token handed out again).
                 REPAIR_RACE,
+                // Two locks named onto one counter, settled at once
+                // (whole; with seals that count a rival's raise, the
+                // checker finds a token handed out twice).
+                SHARED_COUNTER,
                 // Two restarts from snapshots, two clients.
                 "grants=2 crashes=2 snapshots=2 rounds=2 repairs=1 states=3000000",
             ]
@@ -293,6 +311,24 @@ mod tests {
         unguarded.unguarded_repairs = true;
         assert_finds(unguarded, &["tokens strictly increase"]);
     }
+
+    /// Two locks named onto one counter (`shared` and `{shared}`, one
+    /// `redisson_lock_token:{shared}`), held at once: their settlements
+    /// cross. Each read raises one node to its guess g first and reads
+    /// the other's guess on the next, both settle g + 1, and a seal that
+    /// counted every node holding its token (the design before the fix)
+    /// counted the rival's raise as its own: the checker finds one token
+    /// handed out twice. A seal counting only the nodes it raised itself
+    /// keeps every property over the same bounds (among [`bounds`]).
+    #[test]
+    fn the_model_finds_a_token_handed_out_twice_by_seals_that_count_a_rivals_raise() {
+        let mut unclaimed = model(Design::Eager, SHARED_COUNTER);
+        unclaimed.unclaimed_seals = true;
+        assert_finds(unclaimed, &["no token handed out twice"]);
+    }
+
+    /// Two clients each holding a lock of its own over one counter.
+    const SHARED_COUNTER: &str = "shared=1 grants=2 crashes=0 rounds=2 repairs=0";
 
     /// A repair raced by a seal and a second restart of its target.
     const REPAIR_RACE: &str = "clients=1 grants=2 crashes=2 rounds=2 repairs=1 drops=1";

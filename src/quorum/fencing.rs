@@ -12,10 +12,13 @@
 //!    survive, taken from the wall-clock floor once every node answered or
 //!    a quorum did and the others had the round's grace (a dead master
 //!    costs the grace, never the name).
-//! 2. **Seal**: a quorum of nodes holds the token (the read already sealed
-//!    it when nothing was at or above the guess and no node is known to
-//!    have restarted; else a raise to the token, which also seeds missing
-//!    counters with it). A restarted node is waited for (up to the node
+//! 2. **Seal**: a quorum of nodes holds the token, each raised to it by
+//!    this settlement (the read already sealed it when nothing was at or
+//!    above the guess and no node is known to have restarted; else a raise
+//!    to the token, which also seeds missing counters with it). A node a
+//!    rival settlement raised to the token first does not count: two
+//!    holders at once (a hold lost in a restart, two locks named onto one
+//!    counter) never share a token. A restarted node is waited for (up to the node
 //!    timeout), and the seal repairs it: the token is above every counter
 //!    of the proof the read made, which is all a repair writes.
 //! 3. **Check**: once every write of the seal landed, a quorum still holds
@@ -80,8 +83,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 })
                 .collect()
         };
+        // The nodes this settlement raised to `token` itself: a raise is
+        // atomic, so of two settlements raising a node to one value only
+        // the first finds it below. A token sealed this way on a quorum is
+        // this holder's alone, whoever else settles the counter at once (a
+        // hold lost in a restart, another lock named onto the same
+        // counter): the quorums share a node.
+        let claimed =
+            |r: &Raised, token: u64| r.before.is_none_or(|b| b < token) && r.after >= token;
         let sealed_at = |answers: &[(usize, Raised)], token: u64| {
-            answers.iter().filter(|(_, r)| r.after >= token).count()
+            answers.iter().filter(|(_, r)| claimed(r, token)).count()
         };
         let floor = crate::timing::token_floor();
         let settle = |answers: &[(usize, Raised)], waited_out| {
@@ -125,13 +136,30 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                     || read.iter().any(|(i, r)| *i == index && !r.vouched)
             })
             .collect();
-        let sealed: Vec<usize> =
-            if token == guess && restarted.is_empty() && sealed_at(&read, token) >= required {
-                read.iter()
-                    .filter(|(_, r)| r.after >= token)
-                    .map(|(i, _)| *i)
-                    .collect()
-            } else {
+        // What the read claimed: the nodes it raised to the guess, when
+        // that is the token.
+        let read_claimed = |index: usize, token: u64| {
+            token == guess && read.iter().any(|(i, r)| *i == index && claimed(r, token))
+        };
+        let mut token = token;
+        let sealed: Vec<usize> = if token == guess
+            && restarted.is_empty()
+            && sealed_at(&read, token) >= required
+        {
+            read.iter()
+                .filter(|(_, r)| claimed(r, token))
+                .map(|(i, _)| *i)
+                .collect()
+        } else {
+            let mut tries = 0;
+            loop {
+                let seals = |answers: &[(usize, Raised)], token: u64| -> Vec<usize> {
+                    answers
+                        .iter()
+                        .filter(|(i, r)| claimed(r, token) || read_claimed(*i, token))
+                        .map(|(i, _)| *i)
+                        .collect()
+                };
                 let (raised, _) = self
                     .raise_counters(
                         token,
@@ -140,19 +168,35 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                         &group,
                         Patience::Enough,
                         |answers| {
-                            sealed_at(answers, token) >= required
+                            seals(answers, token).len() >= required
                                 && restarted
                                     .iter()
                                     .all(|r| answers.iter().any(|(i, _)| i == r))
                         },
                     )
                     .await;
-                raised
-                    .iter()
-                    .filter(|(_, r)| r.after >= token)
-                    .map(|(i, _)| *i)
-                    .collect()
-            };
+                let sealed = seals(&raised, token);
+                if sealed.len() >= required {
+                    break sealed;
+                }
+                // A rival raised a node to the token or past it first
+                // (two holders at once): a higher token, still above every
+                // counter read, by a random step so that two settlements
+                // that crossed part.
+                tries += 1;
+                let rival = raised.iter().filter_map(|(_, r)| r.before).max();
+                let next = rival.map(|rival| rival + 1 + rand::random_range(0..RIVAL_STEP));
+                match (rival, next) {
+                    (Some(rival), Some(next))
+                        if rival >= token && tries < SEAL_TRIES && next <= LAST_TOKEN =>
+                    {
+                        tracing::debug!(lock = %self.name(), token, rival, "a rival settlement claimed the token first: sealing a higher one");
+                        token = next;
+                    }
+                    _ => return None,
+                }
+            }
+        };
         if sealed.len() < required {
             return None;
         }
@@ -250,6 +294,14 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
     }
 }
+
+/// Seals tried by one settlement whose token a rival claimed first.
+const SEAL_TRIES: u32 = 3;
+/// The random part of the step above a rival's token.
+const RIVAL_STEP: u64 = 64;
+/// The last token the scripts settle exactly (2^53 - 1, see
+/// `protocol::raise_token`).
+const LAST_TOKEN: u64 = (1 << 53) - 1;
 
 /// How long [`QuorumLock::raise_counters`] waits for the nodes that have
 /// not answered.

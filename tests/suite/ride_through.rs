@@ -184,6 +184,31 @@ impl Scene {
     }
 }
 
+/// Waits until `replicas` replicas of the primary at `url` have every
+/// write it took so far (the holds of `name` among them): a write of the
+/// name's slot, then `WAIT` on the same connection (a connection that
+/// wrote nothing would not wait).
+async fn replicated(url: &str, name: &str, replicas: u64) {
+    // No response timeout: `WAIT` answers within its own 5 s.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let (acknowledged,): (u64,) = redis::pipe()
+        .cmd("INCR")
+        .arg(format!("{{{name}}}:replicated"))
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(acknowledged, replicas, "the holds reached the replicas");
+}
+
 /// Holds of every kind (reentrant, fair, a reader, a writer), renewed by
 /// the watchdog.
 struct Holds {
@@ -278,10 +303,7 @@ mod sentinel {
             let url = group.data_nodes()[primary].url();
             let scene = Scene::stage(&node, names("sentinel", round)).await;
             scene.waiting(&url, false).await;
-            // The holds reached the replicas: the failover keeps them.
-            let _: u64 = run(&url, redis::cmd("WAIT").arg(2).arg(5000))
-                .await
-                .unwrap();
+            replicated(&url, &scene.names[0].1, 2).await;
             match fault {
                 Fault::Kill => {
                     group.kill(GroupMember::Data(primary)).await.unwrap();
@@ -317,9 +339,7 @@ mod sentinel {
         let holds = Holds::take(&client, &node, names("held-sentinel", 0)).await;
         let primary = group.primary().await.unwrap();
         let url = group.data_nodes()[primary].url();
-        let _: u64 = run(&url, redis::cmd("WAIT").arg(2).arg(5000))
-            .await
-            .unwrap();
+        replicated(&url, &holds.held[0].0, 2).await;
         let killed = std::time::Instant::now();
         group.kill(GroupMember::Data(primary)).await.unwrap();
         let new = group.wait_for_failover(primary).await.unwrap();
@@ -379,10 +399,7 @@ mod cluster {
             let url = cluster.nodes()[primary].url();
             let scene = Scene::stage(&node, names).await;
             scene.waiting(&url, true).await;
-            // The holds reached the replica: the failover keeps them.
-            let _: u64 = run(&url, redis::cmd("WAIT").arg(1).arg(5000))
-                .await
-                .unwrap();
+            replicated(&url, &scene.names[0].1, 1).await;
             let replica = cluster.replica_of(primary).await.unwrap();
             match fault {
                 Fault::Kill => cluster.kill(primary).await.unwrap(),
@@ -408,9 +425,7 @@ mod cluster {
         let first = names[0].clone();
         let holds = Holds::take(&client, &node, names).await;
         let url = cluster.nodes()[primary].url();
-        let _: u64 = run(&url, redis::cmd("WAIT").arg(1).arg(5000))
-            .await
-            .unwrap();
+        replicated(&url, &holds.held[0].0, 1).await;
         let killed = std::time::Instant::now();
         cluster.kill(primary).await.unwrap();
         cluster.wait_until_healthy().await.unwrap();

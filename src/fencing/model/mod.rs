@@ -14,7 +14,9 @@
 //! epoch: [`Trust::Vouched`]). Properties:
 //!
 //! - tokens of successive grants strictly increase;
-//! - no two holders at once;
+//! - no token is handed out twice, also to the holders of two locks named
+//!   onto one counter, whose settlements run at once;
+//! - no two holders at once (of one lock);
 //! - while a quorum of nodes is up, a fenced grant stays possible: from
 //!   every quiet state, a client that tries, with nothing failing, gets
 //!   one. That holds for a name no client fenced yet, for clients that
@@ -96,6 +98,14 @@ pub(super) struct Fenced {
     /// A repair's write applies (and vouches) whatever the target's epoch
     /// (the design before the guard), not only on the run it was meant for.
     pub(super) unguarded_repairs: bool,
+    /// Two locks named onto one counter (Redisson's key naming gives
+    /// `shared` and `{shared}` one): each client holds a lock of its own,
+    /// so their settlements may run at once.
+    pub(super) shared_counter: bool,
+    /// A seal counts every node that holds its token, also one a rival's
+    /// raise put there (the design before the fix), not only the nodes it
+    /// raised to it itself.
+    pub(super) unclaimed_seals: bool,
     pub(super) floor_after: FloorAfter,
     pub(super) nodes: usize,
     pub(super) clients: usize,
@@ -202,6 +212,8 @@ enum Phase {
     },
     Sealing {
         token: u64,
+        /// The nodes the read raised to the token (it was the guess).
+        read_claimed: Mask,
     },
     Checking {
         token: u64,
@@ -298,6 +310,10 @@ pub(super) struct State {
     last_token: u64,
     /// A token was handed out that was not above every earlier one.
     inverted: bool,
+    /// Two locks on one counter: the tokens handed out so far, sorted.
+    handed: Vec<u64>,
+    /// A token was handed out again.
+    repeated: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -404,6 +420,8 @@ impl Model for Fenced {
             snapshots_left: self.snapshots,
             last_token: start.unwrap_or(0),
             inverted: false,
+            handed: Vec::new(),
+            repeated: false,
         }]
     }
 
@@ -566,12 +584,14 @@ impl Model for Fenced {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("tokens strictly increase", |_, s: &State| !s.inverted),
-            Property::always("no two holders", |_, s: &State| {
-                s.clients
-                    .iter()
-                    .filter(|c| matches!(c.phase, Phase::Holding { .. }))
-                    .count()
-                    <= 1
+            Property::always("no token handed out twice", |_, s: &State| !s.repeated),
+            Property::always("no two holders", |m: &Fenced, s: &State| {
+                m.shared_counter
+                    || s.clients
+                        .iter()
+                        .filter(|c| matches!(c.phase, Phase::Holding { .. }))
+                        .count()
+                        <= 1
             }),
             Property::always(
                 "a fenced grant stays possible while a quorum is up",

@@ -54,7 +54,7 @@ impl Fenced {
     /// multiply the states).
     fn wall_clock_floor(&self, state: &State) -> u64 {
         let in_hands = state.clients.iter().filter_map(|c| match c.phase {
-            Phase::Sealing { token } | Phase::Checking { token } | Phase::Holding { token } => {
+            Phase::Sealing { token, .. } | Phase::Checking { token } | Phase::Holding { token } => {
                 Some(token)
             }
             _ => None,
@@ -64,7 +64,14 @@ impl Fenced {
     }
 
     pub(super) fn hand_out(&self, state: &mut State, client: u8, token: u64) {
-        if token <= state.last_token {
+        if self.shared_counter {
+            // Two locks: their tokens need not rise in hand-out order
+            // (settled at once), but never repeat.
+            match state.handed.binary_search(&token) {
+                Ok(_) => state.repeated = true,
+                Err(at) => state.handed.insert(at, token),
+            }
+        } else if token <= state.last_token {
             state.inverted = true;
         }
         state.last_token = state.last_token.max(token);
@@ -182,19 +189,26 @@ impl Fenced {
                 // A node known to have restarted is sealed (and so repaired),
                 // and so is a token the read did not leave on a quorum (a
                 // missing counter stays missing: a new name's).
-                let sealed = answers
-                    .iter()
-                    .filter(|a| matches!(a, Answer::Counter(_, Some(v), _) if *v >= token))
-                    .count();
+                let sealed = answers.iter().filter(|a| self.seals(a, token)).count();
                 let untrusted = answers
                     .iter()
                     .any(|a| matches!(a, Answer::Counter(_, _, false)))
                     && self.trust == Trust::Vouched;
                 if token == guess && c.unrepaired == 0 && !untrusted && sealed >= required {
                     // Nothing was at or above the guess: the read sealed it.
-                    self.check_seal(state, client, token, &answers);
+                    self.check_seal(state, client, token, &answers, 0);
                 } else {
-                    self.next_phase(state, client, Phase::Sealing { token });
+                    let read_claimed = (0..nodes)
+                        .filter(|&n| self.seals(&answers[n], token))
+                        .fold(0, |mask, n| mask | bit(n));
+                    self.next_phase(
+                        state,
+                        client,
+                        Phase::Sealing {
+                            token,
+                            read_claimed,
+                        },
+                    );
                     self.broadcast(
                         state,
                         client,
@@ -207,7 +221,10 @@ impl Fenced {
                     );
                 }
             }
-            Phase::Sealing { token } => self.check_seal(state, client, token, &answers),
+            Phase::Sealing {
+                token,
+                read_claimed,
+            } => self.check_seal(state, client, token, &answers, read_claimed),
             Phase::Checking { token } => {
                 let held = answers
                     .iter()
@@ -228,13 +245,31 @@ impl Fenced {
         }
     }
 
+    /// Whether a raise's answer seals `token` for this client: the node
+    /// holds it, and this raise put it there (`quorum::fencing`'s claim).
+    fn seals(&self, answer: &Answer, token: u64) -> bool {
+        match *answer {
+            Answer::Counter(before, Some(after), _) => {
+                after >= token && (self.unclaimed_seals || before.is_none_or(|b| b < token))
+            }
+            _ => false,
+        }
+    }
+
     /// A seal's answers: once a quorum holds the token, check on those
     /// nodes, after every write of the seal landed, that it is still there
     /// (a node that restarted since would not count).
-    pub(super) fn check_seal(&self, state: &mut State, client: u8, token: u64, answers: &[Answer]) {
-        let acked: Vec<bool> = answers
-            .iter()
-            .map(|a| matches!(a, Answer::Counter(_, Some(v), _) if *v >= token))
+    /// `read_claimed`: nodes the read already raised to the token.
+    pub(super) fn check_seal(
+        &self,
+        state: &mut State,
+        client: u8,
+        token: u64,
+        answers: &[Answer],
+        read_claimed: Mask,
+    ) {
+        let acked: Vec<bool> = (0..self.nodes)
+            .map(|n| self.seals(&answers[n], token) || read_claimed & bit(n) != 0)
             .collect();
         if acked.iter().filter(|a| **a).count() < self.required() {
             return self.end_round(state, client);
@@ -397,7 +432,8 @@ impl Fenced {
         }
         let reply = match msg.body {
             Body::Acquire { round } => {
-                let granted = n.holds.iter().all(|(c, _)| *c == msg.client);
+                // Two locks on one counter: each client holds its own.
+                let granted = self.shared_counter || n.holds.iter().all(|(c, _)| *c == msg.client);
                 if granted {
                     n.holds.push((msg.client, round));
                     n.holds.sort_unstable();
@@ -485,7 +521,8 @@ impl Fenced {
             return self.repair_reply(state, client, &msg, epoch, after, vouched);
         }
         let c = &mut state.clients[client as usize];
-        if let (Phase::Sealing { token }, Body::CounterReply { after, .. }) = (&c.phase, &msg.body)
+        if let (Phase::Sealing { token, .. }, Body::CounterReply { after, .. }) =
+            (&c.phase, &msg.body)
         {
             // A seal that landed on a restarted node repaired it: the token
             // is above every counter of a proof read before it.

@@ -419,6 +419,7 @@ async fn wait_counter(server: &RedisProcess, name: &str, token: u64, when: &str)
 }
 
 mod availability;
+mod concurrent;
 mod counters;
 mod expiry;
 mod failback;
