@@ -18,7 +18,8 @@
 //!    to the token, which also seeds missing counters with it). A node a
 //!    rival settlement raised to the token first does not count: two
 //!    holders at once (a hold lost in a restart, two locks named onto one
-//!    counter) never share a token. A restarted node is waited for (up to the node
+//!    counter) never share a token, and the one that finds its token taken
+//!    seals a higher one. A restarted node is waited for (up to the node
 //!    timeout), and the seal repairs it: the token is above every counter
 //!    of the proof the read made, which is all a repair writes.
 //! 3. **Check**: once every write of the seal landed, a quorum still holds
@@ -197,9 +198,6 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 }
             }
         };
-        if sealed.len() < required {
-            return None;
-        }
 
         // 3. Check, now that every write of the seal has landed.
         let mut checks: FuturesUnordered<_> = sealed
