@@ -37,8 +37,8 @@ use multilock::testkit::{RedisCluster, key_slot};
 use multilock::{Client, Node};
 
 use super::{
-    Fault, GIVE_UP, LEASE, PROBE_TIMEOUT, Res, Round, SENTINEL_POLL, acquire_on_new_primary, burst,
-    connect,
+    Fault, GIVE_UP, LEASE, PROBE_TIMEOUT, Res, Round, SENTINEL_POLL, Waiter,
+    acquire_on_new_primary, burst, connect,
 };
 
 /// The lock whose slot's primary fails.
@@ -71,6 +71,10 @@ pub(crate) async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<
         }
     }
 
+    let held = SlotNames::new(&format!("failover:{round}:held:"), slot).next();
+    let held = held.ok_or("no name")?;
+    let waiter = Waiter::start(&client, &node, &held, &cluster.nodes()[old].url(), 1).await?;
+
     // The node asks for the slot map every second from its first request:
     // round r of N strikes (r - 1) / N s later into that second.
     tokio::time::sleep(Duration::from_secs(1) * (round as u32 - 1) / rounds as u32).await;
@@ -93,14 +97,16 @@ pub(crate) async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<
     let ours = acquire_on_new_primary(&client, &node, old_alive, started, fresh, true);
     let old_alive = fault.planned().then_some(&mut old_too);
     let one = acquire_on_new_primary(&client, &node, old_alive, started, |_| NAME.into(), true);
-    let (failover, claimed, agreed, mut measured, one) = tokio::join!(
+    let (failover, claimed, agreed, mut measured, one, waiter) = tokio::join!(
         failover,
         named(&replica_conn, slot, replica_port, started),
         named(&running, slot, replica_port, started),
         ours,
         one,
+        waiter.released_at_fault(started),
     );
     failover?;
+    measured.waiter = waiter;
     measured.claimed = claimed;
     measured.redis = agreed;
     measured.first_same = one.first_new;

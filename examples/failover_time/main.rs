@@ -31,6 +31,13 @@
 //! none of our scripts any more (`INFO commandstats`, eval*/fcall calls,
 //! before and after).
 //!
+//! Beside them, a waiter: before the fault, a holder takes another name
+//! (its hold replicated: a write and `WAIT` on the primary) and a second
+//! owner waits for it in `lock()`; the holder unlocks at the fault (its
+//! release goes on in the background until a primary answers). The
+//! column "a waiter, its holder released at the fault" is the time to that
+//! waiter's grant: what an application waiting in `lock()` sees.
+//!
 //! Then the same for a Redis Cluster (`cluster.rs`): a fresh `RedisCluster`
 //! per round (3 primaries, 3 replicas, `cluster-node-timeout 1000`), a
 //! `Node::cluster`, and the primary of one name's slot SIGKILLed or its
@@ -44,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use multilock::redis::{self, aio::MultiplexedConnection};
 use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
-use multilock::{Client, Node};
+use multilock::{Client, Guard, Node, Owner};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -114,6 +121,8 @@ struct Round {
     /// Planned failover: scripts the old primary ran during the burst, and
     /// whether it was still a primary at its end.
     burst: Option<(u64, bool)>,
+    /// The grant of a waiter in `lock()` whose holder unlocked at the fault.
+    waiter: Option<i64>,
 }
 
 impl Round {
@@ -204,6 +213,8 @@ async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<Round> {
     let old_url = group.data_nodes()[old].url();
     let old_port: u16 = old_url.rsplit(':').next().ok_or("a port")?.parse()?;
     let mut old_conn = connect(&old_url).await?;
+    let held = format!("failover:{round}:held");
+    let waiter = Waiter::start(&client, &node, &held, &old_url, 2).await?;
 
     // The node polls the sentinels every second from its first request:
     // round r of N strikes (r - 1) / N s later into that second.
@@ -228,11 +239,13 @@ async fn run_round(fault: Fault, round: usize, rounds: usize) -> Res<Round> {
     // The old primary is only asked where an acquire landed while it lives.
     let old_alive = (fault == Fault::PlannedFailover).then_some(&mut old_conn);
     let names = |attempt: usize| format!("failover:{round}:{attempt}");
-    let (redis_failover, mut measured) = tokio::join!(
+    let (redis_failover, mut measured, waiter) = tokio::join!(
         redis_failover_time(&sentinels, old_port, started),
         acquire_on_new_primary(&client, &node, old_alive, started, names, false),
+        waiter.released_at_fault(started),
     );
     measured.redis = redis_failover;
+    measured.waiter = waiter;
     if fault == Fault::PlannedFailover && measured.first_new.is_some() {
         let burst = burst(
             &client,
@@ -401,6 +414,70 @@ async fn script_calls(conn: &MultiplexedConnection) -> Res<u64> {
     Ok(calls.map(|(_, n)| n.parse::<u64>()).sum::<Result<_, _>>()?)
 }
 
+/// A holder of `name` (its hold replicated to `replicas` replicas of the
+/// primary at `primary`) and a waiter in `lock()` behind it, which reports
+/// when it was granted.
+struct Waiter {
+    holder: Guard,
+    granted: tokio::task::JoinHandle<Option<Instant>>,
+}
+
+impl Waiter {
+    async fn start(
+        client: &Client,
+        node: &Node,
+        name: &str,
+        primary: &str,
+        replicas: u64,
+    ) -> Res<Waiter> {
+        let holder = client.lock(node, name)?.with_owner(Owner::new("holder")?);
+        let holder = holder.try_lock_for(Duration::ZERO, Some(LEASE)).await?;
+        let holder = holder.ok_or("the holder was not granted")?;
+        replicated(primary, name, replicas).await?;
+        let waiting = client.lock(node, name)?.with_owner(Owner::new("waiter")?);
+        let granted = tokio::spawn(async move {
+            let guard = tokio::time::timeout(GIVE_UP, waiting.lock_with_lease(LEASE)).await;
+            let at = Instant::now();
+            guard.ok()?.ok()?.unlock().await.ok()?;
+            Some(at)
+        });
+        Ok(Waiter { holder, granted })
+    }
+
+    /// At the fault: the holder unlocks (in the background: the release
+    /// goes on until a primary answers). Then, the waiter's grant in ms
+    /// from `started`.
+    async fn released_at_fault(self, started: Instant) -> Option<i64> {
+        tokio::spawn(self.holder.unlock());
+        let granted = self.granted.await.ok()??;
+        Some(granted.duration_since(started).as_millis() as i64)
+    }
+}
+
+/// Waits until `replicas` replicas of the primary at `url` have its writes
+/// so far (the hold of `name` among them): a write of the name's slot,
+/// then `WAIT` on the same connection.
+async fn replicated(url: &str, name: &str, replicas: u64) -> Res<()> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let client = redis::Client::open(url)?;
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let (acknowledged,): (u64,) = redis::pipe()
+        .cmd("INCR")
+        .arg(format!("{{{name}}}:replicated"))
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await?;
+    match acknowledged >= replicas {
+        true => Ok(()),
+        false => Err(format!("{acknowledged} of {replicas} replicas have the hold").into()),
+    }
+}
+
 async fn connect(url: &str) -> Res<MultiplexedConnection> {
     let client = redis::Client::open(url)?;
     let conn = tokio::time::timeout(PROBE_TIMEOUT, client.get_multiplexed_async_connection());
@@ -462,6 +539,10 @@ fn columns(fault: Fault) -> Vec<Column> {
         ));
         columns.push(("ours, one name retried", ms(|r| r.first_same)));
     }
+    columns.push((
+        "a waiter, its holder released at the fault",
+        ms(|r| r.waiter),
+    ));
     columns.push(("attempts", Box::new(|r| r.attempts.to_string())));
     if fault.planned() {
         let late = "granted by the old primary after Redis switched";
@@ -528,6 +609,7 @@ fn print_summary(fault: Fault, rounds: &[Round]) {
         figures.push(("our first acquire on the new primary", |r| r.first_new));
         figures.push(("our overhead", Round::overhead));
     }
+    figures.push(("a waiter, its holder released at the fault", |r| r.waiter));
     for (what, figure) in figures {
         let mut known: Vec<i64> = rounds.iter().filter_map(figure).collect();
         let never = rounds.len() - known.len();
