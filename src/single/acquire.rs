@@ -40,19 +40,12 @@ pub(crate) enum Attempt {
 /// failed in passing.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// A waiting acquire's attempt that its node failed in passing: the node
-/// unavailable (a connection refused or lost, a timeout, a suspect node, a
-/// Sentinel group naming no primary yet, a Cluster slot with no settled
-/// primary in a failover, a restart or a slot migration), or an error
-/// answer that is not permanent ([`Error::is_permanent`]: `LOADING`,
-/// `READONLY`, `BUSY`, ...). It is part of the wait, as if the lock were
-/// taken: asked again after a pause. (A grant the replicas did not
-/// acknowledge in time, [`Error::ReplicaSync`], is the node's answer, not
-/// a failure: it ends the wait.) A request whose outcome is unknown
-/// was settled already (rolled back exactly, in the background), so
-/// nothing is held or counted twice. `None` when the wait would end
-/// during the pause: not acquired within the wait. An attempt that is not
-/// `patient` (`try_lock`: no wait) reports the failure.
+/// A waiting acquire's attempt that its node failed in passing (see
+/// [`failed_in_passing`]): part of the wait, as if the lock were taken,
+/// asked again after a pause. A request whose outcome is unknown was
+/// settled already (rolled back exactly, in the background), so nothing is
+/// held or counted twice. `None` when the wait would end during the
+/// pause. An attempt that is not `patient` (`try_lock`) reports it.
 fn retry_in_passing(
     attempt: Result<Option<Attempt>>,
     deadline: Option<Instant>,
@@ -72,6 +65,10 @@ fn retry_in_passing(
     }
 }
 
+/// The node unavailable (refused, lost, timed out, suspect, no primary, no
+/// shard) or an answer that is not permanent (`LOADING`, `READONLY`,
+/// `BUSY`, ...). A grant the replicas did not acknowledge
+/// ([`Error::ReplicaSync`]) is the node's answer: it ends the wait.
 fn failed_in_passing(err: &Error) -> bool {
     match err {
         Error::NodeUnavailable { .. } => true,

@@ -19,6 +19,18 @@ use multilock::testkit::TcpProxy;
 use multilock::testkit::{GroupMember, SentinelGroup};
 use multilock::testkit::{TestServer, protocol};
 
+/// Drops the primary at `url`'s links to its replicas (they reconnect
+/// once they can).
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+async fn cut_replica_links(url: &str) {
+    let kill = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .clone();
+    let _: i64 = run(url, &kill).await.unwrap();
+}
+
 #[cfg(feature = "cluster")]
 /// `key` read on the Cluster node at `url`, a replica too (`READONLY`).
 async fn get_any(url: &str, key: &str) -> Option<u64> {
@@ -157,14 +169,7 @@ async fn a_sentinel_failback_hands_out_no_token_twice() {
     // The replicas miss the next seal: paused, their links cut.
     group.pause(GroupMember::Data(1)).await.unwrap();
     group.pause(GroupMember::Data(2)).await.unwrap();
-    let kill_replicas = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .clone();
-    let _: i64 = run(&group.data_nodes()[0].url(), &kill_replicas)
-        .await
-        .unwrap();
+    cut_replica_links(&group.data_nodes()[0].url()).await;
     proxy.black_hole();
     let sealed = fenced_grant(&first, PATIENCE, "node 2 cut off").await;
     assert_eq!(counter_at(&group.data_nodes()[0], NAME).await, sealed);
@@ -259,12 +264,7 @@ async fn a_cluster_failback_hands_out_no_token_twice() {
     .await;
     // The replica misses the next seal: paused, its link cut.
     cluster.pause(r).await.unwrap();
-    let kill_replicas = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .clone();
-    let _: i64 = run(&p_url, &kill_replicas).await.unwrap();
+    cut_replica_links(&p_url).await;
     proxy.black_hole();
     let sealed = fenced_grant(&first, PATIENCE, "node 2 cut off").await;
     let p_run = run_id(&p_url).await;
