@@ -15,6 +15,8 @@ mod cluster_failover;
 mod cluster_groups;
 #[cfg(feature = "cluster")]
 mod cluster_migration;
+#[cfg(feature = "cluster")]
+mod cluster_partition;
 #[cfg(all(feature = "cluster", feature = "tls"))]
 mod cluster_tls;
 mod connections;

@@ -6,9 +6,10 @@
 //! so one script never spans shards; a name whose braces would split its
 //! keys (`a{b`) is refused when the lock is built. Each shard is served by
 //! a standalone node of its own (pool, health, `run_id`), made when the
-//! slot map first names it; the map comes from `CLUSTER SLOTS`, asked of a
-//! known node or a seed, about once a second and at once on a `MOVED`, a
-//! `READONLY` or a lost connection.
+//! slot map first names it; the map comes from a vote of the known shards
+//! and the seeds (`vote`: the highest config epoch wins each slot), about
+//! once a second and at once on a `MOVED`, a `READONLY` or a lost
+//! connection.
 //!
 //! Why not redis-rs's cluster connection for commands: it retries a
 //! request whose connection dropped (`RetryMethod::Reconnect`), after which
@@ -25,15 +26,20 @@
 //! Sentinel group's. Its `generation` (what fencing repairs after) moves
 //! whenever a slot changes hands or a shard's server restarts.
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use tokio::sync::watch;
 
 mod slots;
+mod vote;
 
 pub(crate) use slots::key_slot;
 use slots::{SLOTS, SlotRange, parse_slots, split_addr};
+use vote::{Answer, Ballot, parse_nodes};
 
 use super::poller::Poller;
 use super::pool::ServerIdentity;
@@ -199,10 +205,9 @@ impl ClusterMap {
         self.poller.check_soon();
     }
 
-    /// Where the map is asked for, and the subscription's cluster
-    /// connection starts: the shards known (those that answer first: a
-    /// frozen one would hold each question for a whole timeout), then the
-    /// seeds.
+    /// Who votes on the map, and where the subscription's cluster
+    /// connection starts: the shards known (healthy first, so that a
+    /// frozen one does not hold the subscription's start), then the seeds.
     pub(crate) fn contact_points(&self) -> Vec<ConnectionInfo> {
         let view = self.view.read().unwrap();
         let mut known: Vec<&Shard> = view.shards.iter().collect();
@@ -291,34 +296,41 @@ impl ClusterMap {
         Some(view.shards[index].node.clone())
     }
 
-    /// Asks a known shard, then the seeds, for the slot map, and applies
-    /// the first answer. When none gives it: a permanent error if every
-    /// one refused for good (a seed with cluster support off, a wrong
-    /// password: no wait mends it), else [`Unavailable::NoShard`] (one did
-    /// not answer, and may be the cluster's, back in a moment; or the
-    /// cluster is settling).
+    /// Asks every known shard and seed at once for its view of the slot
+    /// map, and applies the vote (see `vote`) once more than half of the
+    /// primaries it names have answered, or every node asked has, or the
+    /// timeout is up. When no view came: a permanent error if every node
+    /// refused for good (a seed with cluster support off, a wrong password:
+    /// no wait mends it), else [`Unavailable::NoShard`] (one did not
+    /// answer, and may be the cluster's, back in a moment; or the cluster
+    /// is settling).
     pub(crate) async fn refresh(&self) -> Result<()> {
         let before = self.refreshes.load(Ordering::Acquire);
         let _refreshing = self.refreshing.lock().await;
         if self.refreshes.load(Ordering::Acquire) != before {
             return Ok(()); // another caller's refresh just ended
         }
+        let limit = self.settings.connect_timeout + self.settings.response_timeout;
+        let mut asked = HashSet::new();
+        let mut asks: FuturesUnordered<_> = self
+            .contact_points()
+            .into_iter()
+            .filter(|info| asked.insert(super::addr_of(info)))
+            .map(|info| tokio::time::timeout(limit, self.ask(info)))
+            .collect();
+        let mut ballot = Ballot::default();
         let mut last_error = None;
         let mut refused_for_good = None;
         // Anything but a refusal for good, silence too: a seed that is down
         // may be the cluster's, back in a moment.
         let mut otherwise = false;
-        for info in self.contact_points() {
-            let asked = tokio::time::timeout(
-                self.settings.connect_timeout + self.settings.response_timeout,
-                self.ask(info),
-            )
-            .await;
-            match asked {
-                Ok(Ok((ranges, version))) if !ranges.is_empty() => {
-                    self.apply(&ranges, version);
-                    self.refreshes.fetch_add(1, Ordering::AcqRel);
-                    return Ok(());
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok(Ok(answer)) if !answer.ranges.is_empty() => {
+                    ballot.add(answer);
+                    if ballot.decided() {
+                        break;
+                    }
                 }
                 Ok(Ok(_)) | Err(_) => otherwise = true,
                 Ok(Err(err)) => {
@@ -332,14 +344,22 @@ impl ClusterMap {
                 }
             }
         }
+        let ranges = ballot.tally();
+        if !ranges.is_empty() {
+            self.apply(&ranges, ballot.version());
+            self.refreshes.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
         match refused_for_good {
             Some(err) if !otherwise => Err(err),
             _ => Err(self.no_shard(last_error)),
         }
     }
 
-    /// `CLUSTER SLOTS` and the server's major version, from one node.
-    async fn ask(&self, info: ConnectionInfo) -> RedisResult<(Vec<SlotRange>, Option<u32>)> {
+    /// One node's view: `CLUSTER SLOTS` (the ranges, at the addresses
+    /// clients are to use), `CLUSTER NODES` (each primary's config epoch)
+    /// and the server's major version.
+    async fn ask(&self, info: ConnectionInfo) -> RedisResult<Answer> {
         let asked_host = match info.addr() {
             ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
             _ => String::new(),
@@ -350,9 +370,11 @@ impl ClusterMap {
         let mut conn = super::open_client(info, self.settings.tls_root_cert.as_deref())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let (slots, server): (Value, String) = redis::pipe()
+        let (slots, nodes, server): (Value, String, String) = redis::pipe()
             .cmd("CLUSTER")
             .arg("SLOTS")
+            .cmd("CLUSTER")
+            .arg("NODES")
             .cmd("INFO")
             .arg("server")
             .query_async(&mut conn)
@@ -361,7 +383,13 @@ impl ClusterMap {
             .lines()
             .find_map(|line| line.strip_prefix("redis_version:"))
             .and_then(|v| v.trim().split('.').next()?.parse().ok());
-        Ok((parse_slots(&slots, &asked_host), version))
+        let (id, epochs) = parse_nodes(&nodes);
+        Ok(Answer {
+            id,
+            ranges: parse_slots(&slots, &asked_host),
+            epochs,
+            version,
+        })
     }
 
     fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {

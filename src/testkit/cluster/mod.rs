@@ -8,10 +8,11 @@ use redis::Value;
 
 use super::command::{Role, ask, free_port, info_field, poll_ready, role, url_of};
 use super::replicated::PRIMARY_FLAGS;
-use super::{RedisProcess, TestServer};
+use super::{RedisProcess, TcpProxy, TestServer};
 use crate::protocol::SLOTS;
 
 mod migration;
+mod partition;
 
 pub use migration::SlotMigration;
 
@@ -46,6 +47,8 @@ pub struct ClusterNode {
     process: RedisProcess,
     id: String,
     paused: bool,
+    /// Cut off the bus ([`RedisCluster::isolate`]).
+    isolated: bool,
 }
 
 impl ClusterNode {
@@ -79,7 +82,7 @@ impl ClusterNode {
     }
 
     fn is_up(&self) -> bool {
-        self.process.is_running() && !self.paused
+        self.process.is_running() && !self.paused && !self.isolated
     }
 }
 
@@ -118,6 +121,8 @@ impl ClusterNode {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<ClusterNode>,
+    /// Each node's bus proxy, when started with them.
+    bus: Vec<TcpProxy>,
 }
 
 impl RedisCluster {
@@ -129,18 +134,35 @@ impl RedisCluster {
     /// # Cancel safety
     /// Dropping the future kills the nodes already started.
     pub async fn start() -> io::Result<RedisCluster> {
+        RedisCluster::start_with(false).await
+    }
+
+    async fn start_with(bus_proxies: bool) -> io::Result<RedisCluster> {
         let starts = (0..6).map(|_| RedisProcess::start_with_args(node_args));
-        let mut nodes = Vec::new();
-        for process in futures::future::try_join_all(starts).await? {
-            let id = ask(&process.url(), &["CLUSTER", "MYID"]).await?;
-            let paused = false;
-            nodes.push(ClusterNode {
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            bus: Vec::new(),
+        };
+        for (index, process) in futures::future::try_join_all(starts)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            let url = process.url();
+            if bus_proxies {
+                let proxy = partition::proxy_bus(&process).await?;
+                partition::announce_proxy(&url, index, &proxy).await?;
+                cluster.bus.push(proxy);
+            }
+            let id = ask(&url, &["CLUSTER", "MYID"]).await?;
+            let (paused, isolated) = (false, false);
+            cluster.nodes.push(ClusterNode {
                 process,
                 id,
                 paused,
+                isolated,
             });
         }
-        let cluster = RedisCluster { nodes };
         cluster.join().await?;
         let what = "the cluster did not become ready";
         poll_ready(READY_LIMIT, what, || cluster.health()).await?;
@@ -157,8 +179,11 @@ impl RedisCluster {
             }
             if i > 0 {
                 let bus: Vec<String> = ask(&url, &["CONFIG", "GET", "cluster-port"]).await?;
-                let (port, bus) = (node.port().to_string(), bus.get(1).cloned());
-                let bus = bus.unwrap_or_default();
+                let bus = match self.bus.get(i) {
+                    Some(proxy) => proxy.port().to_string(),
+                    None => bus.get(1).cloned().unwrap_or_default(),
+                };
+                let port = node.port().to_string();
                 ask::<()>(&first, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]).await?;
             }
         }
@@ -266,10 +291,14 @@ impl RedisCluster {
     ///
     /// # Cancel safety
     /// Dropping the future may leave the node stopped.
-    pub async fn restart(&mut self, node: usize) -> io::Result<()> {
-        let node = &mut self.nodes[node];
+    pub async fn restart(&mut self, index: usize) -> io::Result<()> {
+        let node = &mut self.nodes[index];
         node.paused = false;
-        node.process.restart().await
+        node.process.restart().await?;
+        match self.bus.get(index) {
+            Some(proxy) => partition::announce_proxy(&node.url(), index, proxy).await,
+            None => Ok(()),
+        }
     }
 
     /// Sends `CLUSTER FAILOVER` to node `replica` and waits until it is a

@@ -1,8 +1,8 @@
 //! The proxy's shared state, and the tasks that accept and serve its
 //! connections.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,6 +26,8 @@ pub(super) struct ProxyState {
     generation: AtomicU64,
     /// New connections are swallowed too.
     black_hole: AtomicBool,
+    /// New connections from these peers are swallowed.
+    refused_peers: Mutex<HashSet<IpAddr>>,
     /// Indexed by [`TO_SERVER`] and [`TO_CLIENT`].
     ways: [WayState; 2],
     next_id: AtomicU64,
@@ -60,8 +62,25 @@ impl ProxyState {
         self.drop_connections();
     }
 
+    /// Swallows new connections from `ip` and cuts those open; returns
+    /// how many were cut.
+    pub(super) fn black_hole_peer(&self, ip: IpAddr) -> usize {
+        self.refused_peers().insert(ip);
+        let mut connections = self.connections();
+        let from_peer: Vec<u64> = connections
+            .iter()
+            .filter(|(_, registered)| registered.peer.ip() == ip)
+            .map(|(&id, _)| id)
+            .collect();
+        from_peer
+            .into_iter()
+            .filter_map(|id| connections.remove(&id)?.cut.send(()).ok())
+            .count()
+    }
+
     pub(super) fn restore(&self) {
         self.black_hole.store(false, Ordering::SeqCst);
+        self.refused_peers().clear();
         for way in &self.ways {
             way.holed.store(false, Ordering::SeqCst);
         }
@@ -109,6 +128,17 @@ impl ProxyState {
         self.generation.load(Ordering::SeqCst) == generation
     }
 
+    fn refuses(&self, peer: SocketAddr) -> bool {
+        self.black_hole.load(Ordering::SeqCst) || self.refused_peers().contains(&peer.ip())
+    }
+
+    fn refused_peers(&self) -> MutexGuard<'_, HashSet<IpAddr>> {
+        // Nothing panics while holding it.
+        self.refused_peers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn connections(&self) -> MutexGuard<'_, BTreeMap<u64, Registered>> {
         // Nothing panics while holding it.
         self.connections
@@ -137,7 +167,7 @@ pub(super) async fn accept_loop(listener: TcpListener, target: SocketAddr, state
             state: state.clone(),
             id,
         };
-        tokio::spawn(connection(client, target, registration, cut_rx));
+        tokio::spawn(connection(client, peer, target, registration, cut_rx));
     }
 }
 
@@ -156,6 +186,7 @@ impl Drop for Registration {
 /// Serves one accepted connection until either side closes it or it is cut.
 async fn connection(
     mut client: TcpStream,
+    peer: SocketAddr,
     target: SocketAddr,
     registration: Registration,
     mut cut: oneshot::Receiver<()>,
@@ -163,7 +194,7 @@ async fn connection(
     let state = &*registration.state;
     let generation = state.generation.load(Ordering::SeqCst);
     let mut server = None;
-    let was_cut = if state.black_hole.load(Ordering::SeqCst) {
+    let was_cut = if state.refuses(peer) {
         tokio::select! {
             biased;
             Ok(()) = &mut cut => true,

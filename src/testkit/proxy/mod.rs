@@ -31,7 +31,8 @@ pub use delay_line::Delay;
 /// - [`TcpProxy::black_hole_direction`] swallows one direction only (a
 ///   request applied whose reply never comes, say);
 /// - [`TcpProxy::cut`] and [`TcpProxy::cut_all`] close connections
-///   abruptly, listed by [`TcpProxy::connections`].
+///   abruptly, listed by [`TcpProxy::connections`];
+/// - [`TcpProxy::black_hole_peer`] cuts one peer off, by its address.
 ///
 /// Every fault applies to the connections open at the time and to new ones.
 ///
@@ -285,7 +286,27 @@ impl TcpProxy {
         self.state.black_hole();
     }
 
-    /// New connections forward again, and directions black-holed by
+    /// Cuts the open connections from `ip` ([`TcpProxy::cut`]) and swallows
+    /// new ones from it, until [`TcpProxy::restore`]; other peers are
+    /// served as before. Returns how many were cut. Peers are told apart by
+    /// their source address: on loopback, any of `127.0.0.0/8` (Redis's
+    /// `bind-source-addr` sets a server's).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::net::{IpAddr, Ipv4Addr};
+    ///
+    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// proxy.black_hole_peer(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 12)));
+    /// proxy.restore();
+    /// # }
+    /// ```
+    pub fn black_hole_peer(&self, ip: std::net::IpAddr) -> usize {
+        self.state.black_hole_peer(ip)
+    }
+
+    /// New connections forward again (from every peer), and directions black-holed by
     /// [`TcpProxy::black_hole_direction`] forward again on every
     /// connection. Connections dropped before stay dead, bytes swallowed
     /// are lost, and delays stay as set.
