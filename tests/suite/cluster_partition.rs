@@ -10,13 +10,15 @@ use multilock::testkit::{RedisCluster, key_slot, poll_until};
 use multilock::{Client, Node};
 use redis::Value;
 
-use crate::cluster::NODE_TIMEOUT;
+use crate::cluster::{NODE_TIMEOUT, wait_for_subscribers};
 use crate::common::*;
 
 /// Node 0 serves slots 0-5460 at the start, and node 3 replicates it.
 const STALE: usize = 0;
 const REPLICA: usize = 3;
 const WAIT: Duration = Duration::from_secs(20);
+/// Far below the holder's lease: only the release can grant in time.
+const WAKE: Duration = Duration::from_secs(15);
 
 fn node(seeds: Vec<String>) -> Node {
     let node = Node::cluster(seeds).connect_timeout(NODE_TIMEOUT);
@@ -81,7 +83,8 @@ async fn lock_and_unlock(client: &Client, node: &Node, name: &str) {
 /// Node 0 still claims its slots (it is asked to prove it), yet a client
 /// that knew it as their primary, and a fresh client with node 0 first in
 /// its seeds, are both granted on the replica, and once each has been
-/// granted there, node 0 runs none of their scripts.
+/// granted there, node 0 runs none of their scripts; a waiter of the fresh
+/// client is woken there by a release.
 ///
 /// With the first answer taken as the map (before the vote), node 0,
 /// asked first, named itself every time, and no name was granted.
@@ -146,6 +149,30 @@ async fn a_stale_primary_first_in_the_seeds_gets_no_acquire_once_replaced() {
         Some(stale_port),
         "node {STALE} stopped claiming {slot}"
     );
+
+    // A waiter of the fresh client is woken by a release on the replica
+    // (the holder's lease is a minute): its subscription is on the
+    // replica, not on the stale primary among the seeds.
+    let holder = client.lock(&knew_it, &names[1]).unwrap();
+    let held = holder
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let waiter = {
+        let (other, fresh, name) = (crate::common::client(), fresh.clone(), names[1].clone());
+        tokio::spawn(async move {
+            let lock = other.lock(&fresh, &name).unwrap();
+            lock.try_lock_for(WAKE, None).await
+        })
+    };
+    wait_for_subscribers(&cluster, &names[1]).await;
+    held.unlock().await.unwrap();
+    let woken = waiter.await.unwrap().unwrap();
+    woken
+        .expect("the waiter was not woken by the release")
+        .unlock()
+        .await
+        .unwrap();
 
     cluster.heal(STALE);
     cluster.wait_until_healthy().await.unwrap();

@@ -28,7 +28,7 @@
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -38,8 +38,8 @@ mod slots;
 mod vote;
 
 pub(crate) use slots::key_slot;
-use slots::{SLOTS, SlotRange, parse_slots, split_addr};
-use vote::{Answer, Ballot, parse_nodes};
+use slots::{SLOTS, SlotRange, split_addr};
+use vote::Ballot;
 
 use super::poller::Poller;
 use super::pool::ServerIdentity;
@@ -205,17 +205,27 @@ impl ClusterMap {
         self.poller.check_soon();
     }
 
-    /// Who votes on the map, and where the subscription's cluster
-    /// connection starts: the shards known (healthy first, so that a
-    /// frozen one does not hold the subscription's start), then the seeds.
+    /// Who votes on the map: the shards known, then the seeds.
     pub(crate) fn contact_points(&self) -> Vec<ConnectionInfo> {
+        let mut points = self.subscription_points();
+        points.extend(self.seeds.iter().cloned());
+        points
+    }
+
+    /// Where the subscription's cluster connection starts, and takes its
+    /// own slot map from (redis-rs's, from the first node that answers):
+    /// the shards the vote chose, healthy first, so that neither a frozen
+    /// one nor a stale primary among the seeds is asked; the seeds only
+    /// while the map knows no shard.
+    pub(crate) fn subscription_points(&self) -> Vec<ConnectionInfo> {
         let view = self.view.read().unwrap();
         let mut known: Vec<&Shard> = view.shards.iter().collect();
         known.sort_by_key(|s| s.node.health() != super::Health::Healthy);
-        let mut points: Vec<ConnectionInfo> =
-            known.iter().map(|s| self.shard_info(&s.addr)).collect();
-        points.extend(self.seeds.iter().cloned());
-        points
+        let points: Vec<ConnectionInfo> = known.iter().map(|s| self.shard_info(&s.addr)).collect();
+        match points.is_empty() {
+            true => self.seeds.clone(),
+            false => points,
+        }
     }
 
     /// The shards' nodes, as the map knows them now.
@@ -316,7 +326,7 @@ impl ClusterMap {
             .contact_points()
             .into_iter()
             .filter(|info| asked.insert(super::addr_of(info)))
-            .map(|info| tokio::time::timeout(limit, self.ask(info)))
+            .map(|info| tokio::time::timeout(limit, vote::ask(info, &self.settings)))
             .collect();
         let mut ballot = Ballot::default();
         let mut last_error = None;
@@ -354,42 +364,6 @@ impl ClusterMap {
             Some(err) if !otherwise => Err(err),
             _ => Err(self.no_shard(last_error)),
         }
-    }
-
-    /// One node's view: `CLUSTER SLOTS` (the ranges, at the addresses
-    /// clients are to use), `CLUSTER NODES` (each primary's config epoch)
-    /// and the server's major version.
-    async fn ask(&self, info: ConnectionInfo) -> RedisResult<Answer> {
-        let asked_host = match info.addr() {
-            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-            _ => String::new(),
-        };
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.settings.connect_timeout))
-            .set_response_timeout(Some(self.settings.response_timeout));
-        let mut conn = super::open_client(info, self.settings.tls_root_cert.as_deref())?
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let (slots, nodes, server): (Value, String, String) = redis::pipe()
-            .cmd("CLUSTER")
-            .arg("SLOTS")
-            .cmd("CLUSTER")
-            .arg("NODES")
-            .cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await?;
-        let version = server
-            .lines()
-            .find_map(|line| line.strip_prefix("redis_version:"))
-            .and_then(|v| v.trim().split('.').next()?.parse().ok());
-        let (id, epochs) = parse_nodes(&nodes);
-        Ok(Answer {
-            id,
-            ranges: parse_slots(&slots, &asked_host),
-            epochs,
-            version,
-        })
     }
 
     fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {

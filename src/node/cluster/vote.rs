@@ -11,7 +11,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::slots::{SLOTS, SlotRange};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+
+use super::slots::{SLOTS, SlotRange, parse_slots};
+use crate::node::ShardSettings;
 
 /// One node's answer: its id, the ranges it lists, and the config epoch it
 /// knows for each primary.
@@ -107,6 +110,42 @@ impl Ballot {
     pub(super) fn version(&self) -> Option<u32> {
         self.answers.iter().filter_map(|a| a.version).min()
     }
+}
+
+/// One node's view: `CLUSTER SLOTS` (the ranges, at the addresses
+/// clients are to use), `CLUSTER NODES` (each primary's config epoch)
+/// and the server's major version.
+pub(super) async fn ask(info: ConnectionInfo, settings: &ShardSettings) -> RedisResult<Answer> {
+    let asked_host = match info.addr() {
+        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+        _ => String::new(),
+    };
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    let mut conn = crate::node::open_client(info, settings.tls_root_cert.as_deref())?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let (slots, nodes, server): (Value, String, String) = redis::pipe()
+        .cmd("CLUSTER")
+        .arg("SLOTS")
+        .cmd("CLUSTER")
+        .arg("NODES")
+        .cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    let version = server
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok());
+    let (id, epochs) = parse_nodes(&nodes);
+    Ok(Answer {
+        id,
+        ranges: parse_slots(&slots, &asked_host),
+        epochs,
+        version,
+    })
 }
 
 /// The answering node's id and each primary's config epoch, from a `CLUSTER

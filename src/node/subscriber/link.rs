@@ -69,7 +69,7 @@ pub(super) async fn to_cluster(
             err.to_string(),
         )));
     }
-    let builder = redis::cluster::ClusterClientBuilder::new(map.contact_points());
+    let builder = redis::cluster::ClusterClientBuilder::new(map.subscription_points());
     #[cfg(feature = "tls")]
     let builder = match map.tls_root_cert() {
         Some(pem) => builder.certs(redis::TlsCertificates {
