@@ -97,12 +97,14 @@ impl Ballot {
     /// silent (frozen, or far) need not be waited for.
     pub(super) fn decided(&self) -> bool {
         let primaries: HashSet<String> = self.tally().into_iter().map(|r| r.id).collect();
-        let answered = self
+        // Distinct nodes: one asked under two names answers twice.
+        let answered: HashSet<&str> = self
             .answers
             .iter()
-            .filter(|a| primaries.contains(&a.id))
-            .count();
-        !primaries.is_empty() && answered * 2 > primaries.len()
+            .filter(|a| !a.id.is_empty() && primaries.contains(&a.id))
+            .map(|a| a.id.as_str())
+            .collect();
+        !primaries.is_empty() && answered.len() * 2 > primaries.len()
     }
 
     /// The lowest server version among the answers: sharded pub/sub only
@@ -247,6 +249,24 @@ mod tests {
         assert!(!ballot.decided());
         ballot.add(r);
         assert!(ballot.decided());
+    }
+
+    /// One server asked under two names (a seed's hostname, the map's
+    /// address) answers twice, and is one vote.
+    #[test]
+    fn one_node_answering_twice_is_one_vote() {
+        let three_shards = || {
+            let ranges = vec![
+                range(0, 5460, 7000, "a"),
+                range(5461, 10922, 7001, "b"),
+                range(10923, 16383, 7002, "c"),
+            ];
+            answer("a", ranges, &[("a", 1), ("b", 2), ("c", 3)])
+        };
+        let mut ballot = Ballot::default();
+        ballot.add(three_shards());
+        ballot.add(three_shards());
+        assert!(!ballot.decided(), "one node of three decided the vote");
     }
 
     #[test]
