@@ -109,7 +109,10 @@ impl Conn {
                         // may name the new one by now.
                         self.broken
                             .store(true, std::sync::atomic::Ordering::Relaxed);
-                        let _ = map.refresh().await;
+                        // Cut off at the deadline: a vote nobody can
+                        // decide (most primaries down) waits far longer.
+                        let refresh = map.refresh();
+                        let _ = tokio::time::timeout_at(deadline, refresh).await;
                     }
                     if let Some(shard) = map.known_shard(lane.slot())
                         && (shard.id() != self.node.id() || refresh)
