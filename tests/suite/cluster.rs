@@ -325,3 +325,35 @@ async fn each_pubsub_mode_publishes_its_way_and_wakes_waiters() {
         }
     }
 }
+
+/// Connections the cluster's nodes accepted so far (`INFO stats`).
+async fn connections_accepted(cluster: &RedisCluster) -> u64 {
+    let mut total = 0;
+    for node in cluster.nodes() {
+        let accepted = info_field(&node.url(), "stats", "total_connections_received").await;
+        total += accepted.parse::<u64>().unwrap();
+    }
+    total
+}
+
+/// The slot map is asked for about once a second, of every node known:
+/// an idle client keeps one connection to each for that, rather than
+/// opening one per node per poll (9 polls × 6 nodes in 10 s before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_polls_the_map_on_connections_it_keeps() {
+    let cluster = cluster().await;
+    let node = Node::cluster(cluster.seed_urls()).build().unwrap();
+    let client = client();
+    let lock = client.lock(&node, "idle").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    // Two polls, so that every connection a poll keeps is open.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = connections_accepted(&cluster).await;
+    tokio::time::sleep(Duration::from_secs(5)).await; // about 5 polls
+    // The count's own connections (one per node) are the only new ones.
+    let opened = connections_accepted(&cluster).await - before - 6;
+    assert!(
+        opened <= 2,
+        "{opened} connections opened by an idle client in 5 s"
+    );
+}

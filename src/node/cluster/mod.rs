@@ -39,7 +39,7 @@ mod vote;
 
 pub(crate) use slots::key_slot;
 use slots::{SLOTS, SlotRange, split_addr};
-use vote::Ballot;
+use vote::{Ballot, Voters};
 
 use super::poller::Poller;
 use super::pool::ServerIdentity;
@@ -82,6 +82,7 @@ pub(crate) struct ClusterMap {
     /// that waited for another's takes its result.
     refreshing: tokio::sync::Mutex<()>,
     refreshes: AtomicU64,
+    voters: Voters,
     /// Bumped when a slot changes hands: the subscription moves, and
     /// waiters re-check.
     epoch: AtomicU64,
@@ -153,6 +154,7 @@ impl ClusterMap {
             view: RwLock::new(View::default()),
             refreshing: tokio::sync::Mutex::new(()),
             refreshes: AtomicU64::new(0),
+            voters: Voters::default(),
             epoch: AtomicU64::new(0),
             switched: watch::channel(0).0,
             mode,
@@ -326,8 +328,9 @@ impl ClusterMap {
             .contact_points()
             .into_iter()
             .filter(|info| asked.insert(super::addr_of(info)))
-            .map(|info| tokio::time::timeout(limit, vote::ask(info, &self.settings)))
+            .map(|info| tokio::time::timeout(limit, self.voters.ask(info, &self.settings)))
             .collect();
+        self.voters.keep_only(&asked);
         let mut ballot = Ballot::default();
         let mut last_error = None;
         let mut refused_for_good = None;

@@ -10,7 +10,9 @@
 //! cluster no longer looks.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 use super::slots::{SLOTS, SlotRange, parse_slots};
@@ -114,40 +116,97 @@ impl Ballot {
     }
 }
 
-/// One node's view: `CLUSTER SLOTS` (the ranges, at the addresses
-/// clients are to use), `CLUSTER NODES` (each primary's config epoch)
-/// and the server's major version.
-pub(super) async fn ask(info: ConnectionInfo, settings: &ShardSettings) -> RedisResult<Answer> {
-    let asked_host = match info.addr() {
-        ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-        _ => String::new(),
-    };
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.response_timeout));
-    let mut conn = crate::node::open_client(info, settings.tls_root_cert.as_deref())?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    let (slots, nodes, server): (Value, String, String) = redis::pipe()
-        .cmd("CLUSTER")
-        .arg("SLOTS")
-        .cmd("CLUSTER")
-        .arg("NODES")
-        .cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await?;
-    let version = server
-        .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next()?.parse().ok());
-    let (id, epochs) = parse_nodes(&nodes);
-    Ok(Answer {
-        id,
-        ranges: parse_slots(&slots, &asked_host),
-        epochs,
-        version,
-    })
+/// The connections the votes ask on, one per node asked, kept from one
+/// vote to the next: the map is polled every second (ten times a second
+/// while a change settles), and a connection per node per poll would cost
+/// a handshake (TLS and `AUTH` too) each time. A connection that failed
+/// is dropped and opened afresh on the next vote.
+#[derive(Default)]
+pub(super) struct Voters {
+    by_addr: Mutex<HashMap<String, MultiplexedConnection>>,
+}
+
+impl Voters {
+    /// One node's view: `CLUSTER SLOTS` (the ranges, at the addresses
+    /// clients are to use), `CLUSTER NODES` (each primary's config epoch)
+    /// and the server's major version.
+    pub(super) async fn ask(
+        &self,
+        info: ConnectionInfo,
+        settings: &ShardSettings,
+    ) -> RedisResult<Answer> {
+        let addr = crate::node::addr_of(&info);
+        let asked_host = match info.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        };
+        let mut kept = self.connections().get(&addr).cloned();
+        let (slots, nodes, server) = loop {
+            let fresh = kept.is_none();
+            let mut conn = match kept.take() {
+                Some(conn) => conn,
+                None => self.open(&addr, &info, settings).await?,
+            };
+            let asked: RedisResult<(Value, String, String)> = redis::pipe()
+                .cmd("CLUSTER")
+                .arg("SLOTS")
+                .cmd("CLUSTER")
+                .arg("NODES")
+                .cmd("INFO")
+                .arg("server")
+                .query_async(&mut conn)
+                .await;
+            match asked {
+                Ok(view) => break view,
+                Err(err) => {
+                    self.connections().remove(&addr);
+                    // A kept connection may have closed with its server or
+                    // with the runtime that drove it: once more, afresh.
+                    if fresh || !err.is_connection_dropped() {
+                        return Err(err);
+                    }
+                }
+            }
+        };
+        let version = server
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .and_then(|v| v.trim().split('.').next()?.parse().ok());
+        let (id, epochs) = parse_nodes(&nodes);
+        Ok(Answer {
+            id,
+            ranges: parse_slots(&slots, &asked_host),
+            epochs,
+            version,
+        })
+    }
+
+    async fn open(
+        &self,
+        addr: &str,
+        info: &ConnectionInfo,
+        settings: &ShardSettings,
+    ) -> RedisResult<MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout));
+        let client = crate::node::open_client(info.clone(), settings.tls_root_cert.as_deref())?;
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        self.connections().insert(addr.to_owned(), conn.clone());
+        Ok(conn)
+    }
+
+    /// Closes the connections to nodes no longer asked.
+    pub(super) fn keep_only(&self, asked: &HashSet<String>) {
+        self.connections().retain(|addr, _| asked.contains(addr));
+    }
+
+    fn connections(&self) -> MutexGuard<'_, HashMap<String, MultiplexedConnection>> {
+        // Nothing panics while holding it.
+        self.by_addr.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The answering node's id and each primary's config epoch, from a `CLUSTER
