@@ -94,6 +94,20 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
         Fut: Future<Output = T> + Send,
         T: Send;
 
+    /// [`DistributedLock::run_locked`] with a bounded wait: `Ok(None)`, and
+    /// `work` not run, when the lock was not granted within `wait`. See
+    /// [`Lock::run_locked_for`].
+    fn run_locked_for<F, Fut, T>(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        work: F,
+    ) -> impl Future<Output = Result<Option<T>>> + Send
+    where
+        F: FnOnce(Option<u64>) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send;
+
     /// Deletes the lock whoever holds it and wakes its waiters; whether it
     /// was held (on a quorum of nodes, for a quorum lock).
     fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send;
@@ -149,6 +163,19 @@ macro_rules! forward {
             T: Send,
         {
             Self::run_locked(self, work)
+        }
+        fn run_locked_for<F, Fut, T>(
+            &self,
+            wait: Duration,
+            lease: Option<Duration>,
+            work: F,
+        ) -> impl Future<Output = Result<Option<T>>> + Send
+        where
+            F: FnOnce(Option<u64>) -> Fut + Send,
+            Fut: Future<Output = T> + Send,
+            T: Send,
+        {
+            Self::run_locked_for(self, wait, lease, work)
         }
         fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send {
             Self::force_unlock(self)

@@ -23,7 +23,39 @@ where
     F: FnOnce(Option<u64>) -> Fut,
     Fut: Future<Output = T>,
 {
-    let guard = acquire.await?;
+    run_held(acquire.await?, name, scope, work).await
+}
+
+/// As [`run_locked`], with an acquire that may end without the lock (a
+/// lock's `try_lock_for`): then `work` is not run, and the result is
+/// `Ok(None)`.
+pub(crate) async fn run_locked_for<F, Fut, T>(
+    acquire: impl Future<Output = Result<Option<Guard>>>,
+    name: &str,
+    scope: impl IntoIterator<Item = LockId>,
+    work: F,
+) -> Result<Option<T>>
+where
+    F: FnOnce(Option<u64>) -> Fut,
+    Fut: Future<Output = T>,
+{
+    match acquire.await? {
+        Some(guard) => run_held(guard, name, scope, work).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Runs `work` under `guard`, then releases; see [`run_locked`].
+async fn run_held<F, Fut, T>(
+    guard: Guard,
+    name: &str,
+    scope: impl IntoIterator<Item = LockId>,
+    work: F,
+) -> Result<T>
+where
+    F: FnOnce(Option<u64>) -> Fut,
+    Fut: Future<Output = T>,
+{
     let finished = {
         let work = owner::within(scope, guard.owner(), work(guard.fencing_token()));
         tokio::pin!(work);

@@ -497,6 +497,48 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let scope = self.locks.iter().map(Lock::scope_id);
         crate::scoped::run_locked(self.lock(), self.name(), scope, work).await
     }
+
+    /// [`QuorumLock::run_locked`] with a bounded wait: acquires with
+    /// [`QuorumLock::try_lock_for`]`(wait, lease)`, runs `work` with the
+    /// fencing token, releases, and returns `Some` of what `work` returned;
+    /// `Ok(None)` when the lock was not granted within `wait`, and then
+    /// `work` did not run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(lock: multilock::RedLock) -> multilock::Result<()> {
+    /// let wait = Duration::from_secs(2);
+    /// if let Some(total) = lock.run_locked_for(wait, None, |_token| async { 42 }).await? {
+    ///     println!("computed {total} under the lock");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumLock::try_lock_for`], and as [`QuorumLock::run_locked`]
+    /// once granted.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`QuorumLock::run_locked`].
+    pub async fn run_locked_for<F, Fut, T>(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(Option<u64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let scope = self.locks.iter().map(Lock::scope_id);
+        let acquire = self.try_lock_for(wait, lease);
+        crate::scoped::run_locked_for(acquire, self.name(), scope, work).await
+    }
 }
 
 impl<P: QuorumPolicy> Clone for QuorumLock<P> {

@@ -205,4 +205,46 @@ impl Lock {
     {
         crate::scoped::run_locked(self.lock(), self.name(), [self.scope_id()], work).await
     }
+
+    /// [`Lock::run_locked`] with a bounded wait, the call a service makes:
+    /// acquires with [`Lock::try_lock_for`]`(wait, lease)`, runs `work` with
+    /// the fencing token, releases, and returns `Some` of what `work`
+    /// returned; `Ok(None)` when the lock was not granted within `wait`,
+    /// and then `work` did not run.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
+    /// let wait = Duration::from_secs(2);
+    /// match lock.run_locked_for(wait, None, |token| async move { 42 }).await? {
+    ///     Some(total) => println!("computed {total} under the lock"),
+    ///     None => println!("busy: try again later"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock_for`], and as [`Lock::run_locked`] once granted.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::run_locked`]: dropping the future drops `work` and
+    /// releases the lock, or settles the acquire, in the background.
+    pub async fn run_locked_for<F, Fut, T>(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(Option<u64>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let acquire = self.try_lock_for(wait, lease);
+        crate::scoped::run_locked_for(acquire, self.name(), [self.scope_id()], work).await
+    }
 }

@@ -47,6 +47,39 @@ async fn run_locked_runs_the_work_under_the_lock_and_releases() {
     .await;
 }
 
+/// On every lock type, the bounded call: the work runs under the lock and
+/// its output comes back in `Some`; while another owner holds the lock,
+/// the call ends after its wait with `None`, and the work never runs.
+#[tokio::test]
+async fn run_locked_for_runs_the_work_or_ends_after_its_wait() {
+    async fn exercise<L: DistributedLock>(lock: L) {
+        let wait = Duration::from_millis(300);
+        let output = lock.run_locked_for(wait, None, |_| async { 7 }).await;
+        assert_eq!(output.unwrap(), Some(7), "{}: free, so run", lock.name());
+        let rival = lock.with_owner(multilock::Owner::new("rival").unwrap());
+        let held = rival.lock().await.unwrap();
+        let ran = Arc::new(AtomicU64::new(0));
+        let counter = ran.clone();
+        let started = Instant::now();
+        let output = lock
+            .run_locked_for(wait, None, |_| async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+            .await;
+        assert_eq!(output.unwrap(), None, "{}: held by a rival", lock.name());
+        assert!(started.elapsed() >= wait, "{}: ended before its wait", lock.name());
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "{}: the work ran", lock.name());
+        held.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap(), "{}: left held", lock.name());
+    }
+    let servers = servers(3).await;
+    let nodes: Vec<multilock::Node> = servers.iter().map(node).collect();
+    let client = long_lease_client();
+    exercise(client.lock(&nodes[0], "bounded-single").unwrap()).await;
+    exercise(client.multi_lock_on(&nodes, "bounded-multi").unwrap()).await;
+    exercise(client.red_lock_on(&nodes, "bounded-red").unwrap()).await;
+}
+
 /// The lock is taken away while the work runs: the work is dropped at its
 /// next await point and the call says the lock was lost.
 #[tokio::test]
