@@ -13,14 +13,20 @@ use crate::single::Lock;
 /// [`RedLock`](crate::RedLock) share, so code can take any of them. Each
 /// forwards to the inherent method of the same name.
 ///
-/// The three keep one contract, with one difference: what a *node failure*
-/// does. On a single-node [`Lock`] the node's error is the caller's
+/// The three keep one contract, with one difference: how a *node failure*
+/// is reported. Waits (`lock`, `try_lock_for`) go on through node
+/// failures on all three, and only permanent errors end them. Where a
+/// failure is reported (`try_lock`, and a quorum lock's last round), a
+/// single-node [`Lock`] gives its node's error
 /// ([`Error::NodeUnavailable`](crate::Error::NodeUnavailable) /
 /// [`Error::Redis`](crate::Error::Redis)); a quorum lock tolerates failures
 /// of the nodes beyond its quorum and reports the rest as
 /// [`Error::NoQuorum`](crate::Error::NoQuorum), naming every node. For the
 /// quorum locks, "held" means held on a quorum of their nodes (all for a
 /// MultiLock, N/2+1 for a RedLock).
+///
+/// The trait is not dyn compatible (its methods return `impl Future`);
+/// to choose the lock type at run time, use [`AnyLock`](crate::AnyLock).
 ///
 /// Cancel safety is the same for all: dropping an acquire future at any
 /// point leaves nothing held (a grant in flight is released in the
@@ -58,10 +64,10 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
     /// Acquires, waiting as long as it takes; the guard's holds are renewed
     /// by the client's watchdog while it lives.
     ///
-    /// A `Lock` returns its node's error when the node fails; a quorum lock
-    /// retries node failures until granted (Redisson's semantics), so it
-    /// returns an error only for bad input. See [`Lock::lock`] and
-    /// [`QuorumLock::lock`](crate::QuorumLock::lock).
+    /// Node failures are part of the wait, on every lock type (Redisson's
+    /// semantics): only permanent errors end it
+    /// ([`Error::is_permanent`](crate::Error::is_permanent)). See
+    /// [`Lock::lock`] and [`QuorumLock::lock`](crate::QuorumLock::lock).
     fn lock(&self) -> impl Future<Output = Result<Guard>> + Send;
 
     /// As [`DistributedLock::lock`], with a fixed lease and no renewal.
@@ -76,8 +82,9 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
     fn try_lock(&self) -> impl Future<Output = Result<Option<Guard>>> + Send;
 
     /// Tries for at most `wait` (`lease`: a fixed lease, or `None` for the
-    /// watchdog); `None` when not granted in time. Node failures as
-    /// [`DistributedLock::try_lock`], judged at the end of the wait.
+    /// watchdog); `None` when not granted in time. Node failures are waited
+    /// out within `wait`: a `Lock` then returns `None`; a quorum lock whose
+    /// last round fell short by node failures returns `NoQuorum`.
     fn try_lock_for(
         &self,
         wait: Duration,

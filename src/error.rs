@@ -17,8 +17,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// Bad input, rejected before anything was sent: empty name, zero (or
-    /// over [`MAX_LEASE`](crate::MAX_LEASE)) lease or watchdog timeout, no locks, the same node twice in a RedLock, a bad URL.
+    /// Bad input, rejected before anything was sent: an empty name, a lease
+    /// or watchdog timeout under [`MIN_LEASE`](crate::MIN_LEASE) or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE), no locks, the same node twice in a
+    /// RedLock, a bad URL.
     InvalidArgument(String),
     /// An unlock by someone who does not hold the lock: another owner holds it,
     /// or it expired.

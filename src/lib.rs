@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+mod any_lock;
 mod client;
 mod client_core;
 mod distributed_lock;
@@ -29,6 +30,11 @@ pub mod testkit;
 /// uses, without a dependency line of its own to keep in step.
 pub use redis;
 
+/// The uuid crate, for [`ClientBuilder::id`]'s argument, at the version
+/// this crate uses.
+pub use uuid;
+
+pub use any_lock::AnyLock;
 pub use client::{Client, ClientBuilder, DEFAULT_FENCING_COUNTER_EXPIRY, DEFAULT_WATCHDOG_TIMEOUT};
 pub use distributed_lock::DistributedLock;
 pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};

@@ -1,6 +1,7 @@
 //! The crate's wire protocol, for tests and benchmarks that talk to Redis
 //! directly: the same key names and script calls the crate sends, built by
-//! the same code (`src/protocol.rs`), so nothing here can drift from it.
+//! the same code (the crate's `protocol` module, `src/protocol/`), so nothing
+//! here can drift from it.
 //!
 //! # Examples
 //!

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::testkit::TestServer;
-use multilock::{Client, DistributedLock, Error};
+use multilock::{AnyLock, Client, DistributedLock, Error};
 
 /// On every lock type: the work runs under the lock, with the fencing
 /// token, and the lock is released after it.
@@ -67,10 +67,23 @@ async fn run_locked_for_runs_the_work_or_ends_after_its_wait() {
             })
             .await;
         assert_eq!(output.unwrap(), None, "{}: held by a rival", lock.name());
-        assert!(started.elapsed() >= wait, "{}: ended before its wait", lock.name());
-        assert_eq!(ran.load(Ordering::SeqCst), 0, "{}: the work ran", lock.name());
+        assert!(
+            started.elapsed() >= wait,
+            "{}: ended before its wait",
+            lock.name()
+        );
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            0,
+            "{}: the work ran",
+            lock.name()
+        );
         held.unlock().await.unwrap();
-        assert!(!lock.is_locked().await.unwrap(), "{}: left held", lock.name());
+        assert!(
+            !lock.is_locked().await.unwrap(),
+            "{}: left held",
+            lock.name()
+        );
     }
     let servers = servers(3).await;
     let nodes: Vec<multilock::Node> = servers.iter().map(node).collect();
@@ -78,6 +91,11 @@ async fn run_locked_for_runs_the_work_or_ends_after_its_wait() {
     exercise(client.lock(&nodes[0], "bounded-single").unwrap()).await;
     exercise(client.multi_lock_on(&nodes, "bounded-multi").unwrap()).await;
     exercise(client.red_lock_on(&nodes, "bounded-red").unwrap()).await;
+    // Chosen at run time, through `AnyLock`.
+    let single: AnyLock = client.lock(&nodes[0], "bounded-any").unwrap().into();
+    exercise(single).await;
+    let red: AnyLock = client.red_lock_on(&nodes, "bounded-any").unwrap().into();
+    exercise(red).await;
 }
 
 /// The lock is taken away while the work runs: the work is dropped at its
