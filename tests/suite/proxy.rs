@@ -113,9 +113,11 @@ async fn delays_hold_from_a_fifth_of_a_millisecond_and_per_direction() {
         let median = median_ping(&mut conn, 200).await;
         eprintln!("median PING, {micros} µs each way: {:.3} ms", ms(median));
         assert!(median >= 2 * one_way, "{micros} µs each way: {median:?}");
+        // What the proxy costs undelayed, and room for a busy machine
+        // (2.43 ms for 200 µs each way under the suite's own load in CI).
         assert!(
-            median < 2 * one_way + Duration::from_millis(2),
-            "{micros} µs each way: {median:?}"
+            median < 2 * one_way + undelayed + Duration::from_millis(3),
+            "{micros} µs each way: {median:?} (undelayed {undelayed:?})"
         );
     }
     proxy.set_delay(Direction::Both, Delay::NONE);
@@ -123,7 +125,8 @@ async fn delays_hold_from_a_fifth_of_a_millisecond_and_per_direction() {
     let median = median_ping(&mut conn, 100).await;
     eprintln!("median PING, 1 ms to the server only: {:.3} ms", ms(median));
     assert!(median >= Duration::from_millis(1), "{median:?}");
-    assert!(median < Duration::from_millis(3), "{median:?}");
+    let bound = Duration::from_millis(1) + undelayed + Duration::from_millis(3);
+    assert!(median < bound, "{median:?} (undelayed {undelayed:?})");
     proxy.set_delay(Direction::ToServer, Delay::NONE);
     let median = median_ping(&mut conn, 100).await;
     assert!(
