@@ -178,11 +178,11 @@ impl RedisCluster {
                 ask::<()>(&url, &["CLUSTER", "ADDSLOTSRANGE", &from, &to]).await?;
             }
             if i > 0 {
-                let bus: Vec<String> = ask(&url, &["CONFIG", "GET", "cluster-port"]).await?;
                 let bus = match self.bus.get(i) {
-                    Some(proxy) => proxy.port().to_string(),
-                    None => bus.get(1).cloned().unwrap_or_default(),
+                    Some(proxy) => proxy.port(),
+                    None => partition::bus_port(&url).await?,
                 };
+                let bus = bus.to_string();
                 let port = node.port().to_string();
                 ask::<()>(&first, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]).await?;
             }

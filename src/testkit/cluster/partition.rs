@@ -35,38 +35,40 @@ impl RedisCluster {
     }
 
     /// Cuts node `node` off the cluster bus, both ways: its own bus proxy
-    /// swallows every connection, and every other node's swallows those
-    /// from it. Clients still reach it; it still claims what it served,
-    /// and the others, after the node timeout (1 s), fail it over. The
-    /// kit's checks ([`RedisCluster::wait_until_healthy`], ...) then leave
-    /// it out, as a paused node, until [`RedisCluster::heal`].
+    /// swallows the connections from every other node, and every other
+    /// node's swallows those from it. Clients still reach it; it still
+    /// claims what it served, and the others, after the node timeout
+    /// (1 s), fail it over. The kit's checks
+    /// ([`RedisCluster::wait_until_healthy`], ...) then leave it out, as a
+    /// paused node, until [`RedisCluster::heal`].
     ///
     /// # Panics
     /// When the cluster was not started with
     /// [`RedisCluster::start_with_bus_proxies`].
     pub fn isolate(&mut self, node: usize) {
         assert!(!self.bus.is_empty(), "isolate needs start_with_bus_proxies");
-        self.bus[node].black_hole();
-        for (other, proxy) in self.bus.iter().enumerate() {
-            if other != node {
-                proxy.black_hole_peer(source_ip(node));
-            }
+        for other in (0..self.bus.len()).filter(|&other| other != node) {
+            self.bus[node].black_hole_peer(source_ip(other));
+            self.bus[other].black_hole_peer(source_ip(node));
         }
         self.nodes[node].isolated = true;
     }
 
-    /// Joins node `node` to the bus again: every bus proxy forwards again,
-    /// and the node learns what changed while it was away (a replaced
+    /// Joins node `node` to the bus again (to every node not isolated
+    /// itself): it learns what changed while it was away (a replaced
     /// primary becomes a replica).
     ///
     /// # Panics
     /// As [`RedisCluster::isolate`].
     pub fn heal(&mut self, node: usize) {
         assert!(!self.bus.is_empty(), "heal needs start_with_bus_proxies");
-        for proxy in &self.bus {
-            proxy.restore();
-        }
         self.nodes[node].isolated = false;
+        for other in (0..self.bus.len()).filter(|&other| other != node) {
+            if !self.nodes[other].isolated {
+                self.bus[node].restore_peer(source_ip(other));
+                self.bus[other].restore_peer(source_ip(node));
+            }
+        }
     }
 }
 
@@ -77,10 +79,14 @@ fn source_ip(index: usize) -> IpAddr {
 
 /// Puts a proxy in front of `process`'s cluster bus port.
 pub(super) async fn proxy_bus(process: &RedisProcess) -> io::Result<TcpProxy> {
-    let bus: Vec<String> = ask(&process.url(), &["CONFIG", "GET", "cluster-port"]).await?;
+    TcpProxy::start(bus_port(&process.url()).await?).await
+}
+
+/// The cluster bus port of the node at `url` (`cluster-port`).
+pub(super) async fn bus_port(url: &str) -> io::Result<u16> {
+    let bus: Vec<String> = ask(url, &["CONFIG", "GET", "cluster-port"]).await?;
     let port = bus.get(1).and_then(|p| p.parse().ok());
-    let port = port.ok_or_else(|| io::Error::other("no cluster-port"))?;
-    TcpProxy::start(port).await
+    port.ok_or_else(|| io::Error::other(format!("{url}: no cluster-port")))
 }
 
 /// Has node `index` announce its bus proxy and send from its own address;

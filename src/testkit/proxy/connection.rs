@@ -78,6 +78,11 @@ impl ProxyState {
             .count()
     }
 
+    /// Serves new connections from `ip` again.
+    pub(super) fn restore_peer(&self, ip: IpAddr) {
+        self.refused_peers().remove(&ip);
+    }
+
     pub(super) fn restore(&self) {
         self.black_hole.store(false, Ordering::SeqCst);
         self.refused_peers().clear();

@@ -32,7 +32,8 @@ pub use delay_line::Delay;
 ///   request applied whose reply never comes, say);
 /// - [`TcpProxy::cut`] and [`TcpProxy::cut_all`] close connections
 ///   abruptly, listed by [`TcpProxy::connections`];
-/// - [`TcpProxy::black_hole_peer`] cuts one peer off, by its address.
+/// - [`TcpProxy::black_hole_peer`] cuts one peer off, by its address, until
+///   [`TcpProxy::restore_peer`].
 ///
 /// Every fault applies to the connections open at the time and to new ones.
 ///
@@ -304,6 +305,25 @@ impl TcpProxy {
     /// ```
     pub fn black_hole_peer(&self, ip: std::net::IpAddr) -> usize {
         self.state.black_hole_peer(ip)
+    }
+
+    /// New connections from `ip` forward again, undoing
+    /// [`TcpProxy::black_hole_peer`] for that peer alone (connections cut
+    /// stay cut).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::net::{IpAddr, Ipv4Addr};
+    ///
+    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// let peer = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 12));
+    /// proxy.black_hole_peer(peer);
+    /// proxy.restore_peer(peer);
+    /// # }
+    /// ```
+    pub fn restore_peer(&self, ip: std::net::IpAddr) {
+        self.state.restore_peer(ip);
     }
 
     /// New connections forward again (from every peer), and directions black-holed by
