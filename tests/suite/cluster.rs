@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{RedisCluster, RedisProcess, TestServer, key_slot};
+use multilock::testkit::{
+    Delay, Direction, RedisCluster, RedisProcess, TcpProxy, TestServer, key_slot,
+};
 use multilock::{Error, Node, Owner, ShardedPubSub};
 
 use crate::common::*;
@@ -338,11 +340,24 @@ async fn connections_accepted(cluster: &RedisCluster) -> u64 {
 
 /// The slot map is asked for about once a second, of every node known:
 /// an idle client keeps one connection to each for that, rather than
-/// opening one per node per poll (9 polls × 6 nodes in 10 s before).
+/// opening one per node per poll (9 polls × 6 nodes in 10 s before). The
+/// replicas among the seeds are slow to reach (a proxy, 150 ms each way):
+/// the primaries decide each vote before a connection to a replica is
+/// open, and that connection is kept all the same (before, it was dropped
+/// with the vote and opened again on every poll, as under CI's load).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_client_polls_the_map_on_connections_it_keeps() {
     let cluster = cluster().await;
-    let node = Node::cluster(cluster.seed_urls()).build().unwrap();
+    let slow = Delay::fixed(Duration::from_millis(150));
+    let mut proxies = Vec::new();
+    for replica in &cluster.nodes()[3..] {
+        let proxy = TcpProxy::start(replica.port()).await.unwrap();
+        proxy.set_delay(Direction::Both, slow);
+        proxies.push(proxy);
+    }
+    let mut seeds = cluster.seed_urls()[..3].to_vec();
+    seeds.extend(proxies.iter().map(TcpProxy::url));
+    let node = Node::cluster(seeds).build().unwrap();
     let client = client();
     let lock = client.lock(&node, "idle").unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();
