@@ -223,9 +223,12 @@ impl managed::Manager for ConnectionFactory {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_push_sender(push);
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        // Boxed: redis-rs's connect future is deep, and every future that
+        // may open a connection (each acquire) holds it; callers' `Send`
+        // checks walked it to the compiler's recursion limit (the benches'
+        // spawns). Once per connection, never per request.
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        let mut conn = futures::FutureExt::boxed(connecting).await?;
         let runtime = RuntimeAlive::current();
         let mut setup = protocol::load_scripts();
         setup.cmd("INFO").arg("server");

@@ -26,8 +26,9 @@
 //! Sentinel group's. Its `generation` (what fencing repairs after) moves
 //! whenever a slot changes hands or a shard's server restarts.
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use redis::{ConnectionAddr, ConnectionInfo};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -274,7 +275,7 @@ impl ClusterMap {
     fn start_poller(&self) {
         let Some(me) = self.me.upgrade() else { return };
         self.poller.start(&me, |map: Arc<ClusterMap>| async move {
-            if let Err(err) = map.refresh().await {
+            if let Err(err) = map.vote(true).await {
                 tracing::debug!(node = %map.name, error = %err, "no cluster node gave the slot map");
             }
         });
@@ -316,9 +317,22 @@ impl ClusterMap {
     /// no wait mends it), else [`Unavailable::NoShard`] (one did not
     /// answer, and may be the cluster's, back in a moment; or the cluster
     /// is settling).
-    pub(crate) async fn refresh(&self) -> Result<()> {
+    ///
+    /// Boxed, as a pool's connect is (see `pool`): the vote's future is
+    /// deep, every acquire on a Cluster node may await it, and callers'
+    /// `Send` checks walked it to the compiler's recursion limit.
+    pub(crate) fn refresh(&self) -> BoxFuture<'_, Result<()>> {
+        self.vote(false).boxed()
+    }
+
+    /// [`ClusterMap::refresh`]; with `drain_late` (the poller), the nodes
+    /// the vote did not wait for are then heard out, once the map is
+    /// applied and the refresh's lock let go: their connections, still
+    /// opening when the majority decided, are kept for the next poll
+    /// rather than dropped and opened again every time.
+    async fn vote(&self, drain_late: bool) -> Result<()> {
         let before = self.refreshes.load(Ordering::Acquire);
-        let _refreshing = self.refreshing.lock().await;
+        let refreshing = self.refreshing.lock().await;
         if self.refreshes.load(Ordering::Acquire) != before {
             return Ok(()); // another caller's refresh just ended
         }
@@ -358,15 +372,21 @@ impl ClusterMap {
             }
         }
         let ranges = ballot.tally();
-        if !ranges.is_empty() {
+        let outcome = if !ranges.is_empty() {
             self.apply(&ranges, ballot.version());
             self.refreshes.fetch_add(1, Ordering::AcqRel);
-            return Ok(());
+            Ok(())
+        } else {
+            match refused_for_good {
+                Some(err) if !otherwise => Err(err),
+                _ => Err(self.no_shard(last_error)),
+            }
+        };
+        drop(refreshing);
+        if drain_late {
+            while asks.next().await.is_some() {}
         }
-        match refused_for_good {
-            Some(err) if !otherwise => Err(err),
-            _ => Err(self.no_shard(last_error)),
-        }
+        outcome
     }
 
     fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {

@@ -10,7 +10,7 @@
 //! cluster no longer looks.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
@@ -121,13 +121,9 @@ impl Ballot {
 /// while a change settles), and a connection per node per poll would cost
 /// a handshake (TLS and `AUTH` too) each time. A connection that failed
 /// is dropped and opened afresh on the next vote.
-/// A connection being opened finishes, and is kept, even when the vote
-/// that asked for it was decided first: otherwise a node slower to
-/// connect than the majority to answer would be connected to afresh, and
-/// dropped, on every poll.
 #[derive(Default)]
 pub(super) struct Voters {
-    by_addr: Arc<Mutex<HashMap<String, MultiplexedConnection>>>,
+    by_addr: Mutex<HashMap<String, MultiplexedConnection>>,
 }
 
 impl Voters {
@@ -185,8 +181,6 @@ impl Voters {
         })
     }
 
-    /// Opens a connection to `addr` and keeps it, in a task of its own
-    /// that outlives a vote decided without this node.
     async fn open(
         &self,
         addr: &str,
@@ -197,20 +191,11 @@ impl Voters {
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.response_timeout));
         let client = crate::node::open_client(info.clone(), settings.tls_root_cert.as_deref())?;
-        let (kept, addr) = (self.by_addr.clone(), addr.to_owned());
-        let opening = tokio::spawn(async move {
-            let conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            lock(&kept).insert(addr, conn.clone());
-            Ok(conn)
-        });
-        opening.await.unwrap_or_else(|_| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the connection's task ended",
-            )))
-        })
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        self.connections().insert(addr.to_owned(), conn.clone());
+        Ok(conn)
     }
 
     /// Closes the connections to nodes no longer asked.
@@ -219,13 +204,9 @@ impl Voters {
     }
 
     fn connections(&self) -> MutexGuard<'_, HashMap<String, MultiplexedConnection>> {
-        lock(&self.by_addr)
+        // Nothing panics while holding it.
+        self.by_addr.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while holding it.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The answering node's id and each primary's config epoch, from a `CLUSTER
