@@ -30,7 +30,7 @@
 # Re-running is idempotent and fast: the image carries a label with a checksum of
 # its inputs; when it matches, the build is skipped.
 #
-# The test kit (src/testkit/containers/recipe.rs) builds the same image through
+# The test kit (testkit/src/containers/recipe.rs) builds the same image through
 # the Docker API when redis:7 cannot be pulled: same files, same Dockerfile, same
 # labels and fingerprint, so either one finds the other's image up to date.
 # Change the recipe here and there together.

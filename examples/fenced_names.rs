@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisProcess, TestServer};
 
 const TASKS: usize = 16;
 const LEASE: Duration = Duration::from_secs(10);

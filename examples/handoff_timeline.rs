@@ -45,8 +45,8 @@ use std::task::{Context, Poll};
 use std::thread::ThreadId;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use multilock::testkit::{RedisProcess, TestServer, protocol};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisProcess, TestServer, protocol};
 use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 use tracing::subscriber::Interest;

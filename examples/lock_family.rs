@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisProcess, TestServer};
 use tokio::sync::Mutex;
 
 #[tokio::main]

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisProcess, TestServer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

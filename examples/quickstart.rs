@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisProcess, TestServer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

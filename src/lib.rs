@@ -22,8 +22,11 @@ mod single;
 mod timing;
 mod watchdog;
 
-#[cfg(feature = "testkit")]
-pub mod testkit;
+// The test kit's door to the wire contract (`multilock-testkit` turns it
+// on): kept out of the documented API, which it would crowd.
+#[cfg(feature = "wire")]
+#[doc(hidden)]
+pub mod wire;
 
 /// The redis-rs crate this one is built on, so an application names its
 /// types (the source of [`Error::Redis`], say) at the version this crate

@@ -8,7 +8,7 @@
 //! `redis::cluster_async::ClusterConnection` (RESP3, TCP_NODELAY; it routes
 //! each script call by its first key's slot) sending the same acquire and
 //! the same release, publishing with `spublish` as ours does on Redis 7+
-//! (`multilock::testkit::protocol::{acquire, release_sharded}`). Beside it,
+//! (`multilock_testkit::protocol::{acquire, release_sharded}`). Beside it,
 //! the same calls on a bare `MultiplexedConnection` per primary, each name
 //! sent to its slot's primary as the map stood at the start: the way ours
 //! reaches a shard, without its client.
@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::protocol::{self, AcquireReply};
-use multilock::testkit::{RedisCluster, key_slot};
 use multilock::{Client, Lock, Node};
+use multilock_testkit::protocol::{self, AcquireReply};
+use multilock_testkit::{RedisCluster, key_slot};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use tokio::task::JoinSet;

@@ -225,7 +225,7 @@ async fn fair_handoff(
 /// its client sends it on a bare connection: the acquire, the unlock with
 /// its latch, and the latch's DEL not awaited.
 async fn fair_limit_cycle(servers: &Servers, iterations: usize) -> BenchResult<f64> {
-    use multilock::testkit::{redisson, redisson_fair};
+    use multilock_testkit::{redisson, redisson_fair};
     let mut conn = servers.bare_connections(1).await?.remove(0);
     let (name, field) = (
         "bench:handoff:fair:limit",

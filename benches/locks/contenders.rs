@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
-use multilock::testkit::protocol::{self, AcquireReply};
-use multilock::testkit::{redisson, redisson_rwlock};
 use multilock::{Guard, Lock, MultiLock, RedLock};
+use multilock_testkit::protocol::{self, AcquireReply};
+use multilock_testkit::{redisson, redisson_rwlock};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::task::JoinSet;
@@ -100,17 +100,17 @@ impl AnyLock {
 /// Which scripts a limit sends.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Protocol {
-    /// Redisson 3.24+'s (`multilock::testkit::redisson`): the acquire, the
+    /// Redisson 3.24+'s (`multilock_testkit::redisson`): the acquire, the
     /// unlock that reads and writes its latch, and a `DEL` of the latch sent
     /// after the unlock's reply without waiting. The limit every figure is
     /// held to: the protocol a Redisson-compatible lock competes with.
     Redisson,
-    /// The crate's own script calls (`multilock::testkit::protocol`), each
+    /// The crate's own script calls (`multilock_testkit::protocol`), each
     /// release deleting the previous one's latch as the crate's do: the cost
     /// of the crate's protocol alone.
     Crate,
     /// Redisson 3.24+'s read lock of a read-write lock
-    /// (`multilock::testkit::redisson_rwlock`): the read acquire (a timeout
+    /// (`multilock_testkit::redisson_rwlock`): the read acquire (a timeout
     /// key per hold), the read unlock with its latch (which, while other
     /// readers remain, reads every reader's timeout key to set the hash's
     /// TTL), and the latch's `DEL`, not awaited. Many limits on one name

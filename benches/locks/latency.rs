@@ -8,8 +8,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use multilock::testkit::{Delay, Direction, TcpProxy};
 use multilock::{Client, Node};
+use multilock_testkit::{Delay, Direction, TcpProxy};
 
 use crate::contended::{Pace, contend};
 use crate::contenders::{AnyLock, Contender, Limit, Protocol, time_lock_unlock_for};

@@ -20,14 +20,14 @@
 //! - **multilock**: this crate's `Lock`, `MultiLock` and `RedLock`;
 //! - **the limit**: one bare redis-rs `MultiplexedConnection` per node sending
 //!   **Redisson 3.24+'s** reentrant lock protocol, written from its wire facts
-//!   (`multilock::testkit::redisson`): the acquire script, the unlock script
+//!   (`multilock_testkit::redisson`): the acquire script, the unlock script
 //!   that reads and writes its latch, and the `DEL` of the latch that
 //!   Redisson's client sends after the unlock replied, without waiting. It is
 //!   the protocol a Redisson-compatible lock competes with. On one node the
 //!   calls go one after the other; on several, each goes to all nodes at once
 //!   (`join_all`);
 //! - **the crate's scripts**: the same bare connections sending the crate's
-//!   own script calls (`multilock::testkit::protocol`): the cost of the
+//!   own script calls (`multilock_testkit::protocol`): the cost of the
 //!   crate's protocol alone, without its client;
 //! - **rslock** 0.10: the Rust Redlock peer (`SET NX PX` to acquire, a
 //!   compare-and-delete script to release, retries instead of waiting).
@@ -108,7 +108,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use multilock::Node;
-use multilock::testkit::{RedisProcess, TestServer};
+use multilock_testkit::{RedisProcess, TestServer};
 use redis::FromRedisValue;
 use redis::aio::MultiplexedConnection;
 

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
-use multilock::testkit::{Delay, Direction, TcpProxy, redisson, redisson_rwlock};
 use multilock::{Client, Lock, Node, Owner};
+use multilock_testkit::{Delay, Direction, TcpProxy, redisson, redisson_rwlock};
 
 use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use multilock::testkit::protocol::RENEW_BATCH_SIZE;
 use multilock::{Client, Guard, Node};
+use multilock_testkit::protocol::RENEW_BATCH_SIZE;
 use tokio::task::JoinSet;
 
 use crate::contenders::{AnyLock, Contender, join_within, time_lock_unlock_for};

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::protocol;
 use multilock::{Client, Node};
+use multilock_testkit::protocol;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;

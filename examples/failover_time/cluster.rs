@@ -33,8 +33,8 @@
 use std::time::{Duration, Instant};
 
 use multilock::redis::{self, Value, aio::MultiplexedConnection};
-use multilock::testkit::{RedisCluster, key_slot};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisCluster, key_slot};
 
 use super::{
     Fault, GIVE_UP, LEASE, PROBE_TIMEOUT, Res, Round, SENTINEL_POLL, Waiter,

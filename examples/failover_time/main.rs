@@ -50,8 +50,8 @@ use std::error::Error;
 use std::time::{Duration, Instant};
 
 use multilock::redis::{self, aio::MultiplexedConnection};
-use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
 use multilock::{Client, Guard, Node, Owner};
+use multilock_testkit::{GroupMember, SentinelGroup, TestServer};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 

@@ -44,8 +44,8 @@ mod topology;
 
 use std::time::Instant;
 
-use multilock::testkit::Backend;
-use multilock::testkit::containers::{ImageOrigin, redis_image};
+use multilock_testkit::Backend;
+use multilock_testkit::containers::{ImageOrigin, redis_image};
 
 use crate::scenarios::{Scenario, run_cell};
 use crate::sentinel::Column;

@@ -5,8 +5,8 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{Backend, FencedStore, Side, TestServer, poll_until};
 use multilock::{Client, Error, Guard};
+use multilock_testkit::{Backend, FencedStore, Side, TestServer, poll_until};
 
 use crate::topology::{AnyLock, Kind, Topology, client};
 

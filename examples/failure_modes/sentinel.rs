@@ -19,8 +19,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use multilock::redis;
-use multilock::testkit::{SentinelGroup, TestServer};
 use multilock::{Client, Guard, Node};
+use multilock_testkit::{SentinelGroup, TestServer};
 
 use crate::scenarios::{B_HOLDS, try_until};
 use crate::topology::{AnyLock, NAME, client, timed};

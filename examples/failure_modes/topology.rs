@@ -3,8 +3,8 @@
 use std::io;
 use std::time::Duration;
 
-use multilock::testkit::{AnyServer, Backend, ReplicatedPair, Side, TestServer};
 use multilock::{Client, Guard, Lock, MultiLock, Node, NodeBuilder, RedLock};
+use multilock_testkit::{AnyServer, Backend, ReplicatedPair, Side, TestServer};
 
 /// Per-request timeouts of every node.
 const NODE_TIMEOUT: Duration = Duration::from_millis(300);

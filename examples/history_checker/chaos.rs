@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{RedisProcess, TestServer};
+use multilock_testkit::{RedisProcess, TestServer};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;
@@ -419,7 +419,7 @@ impl Group {
 /// Whether the fencing counter of `name` exists on `server` (a node that
 /// does not answer has none to offer).
 async fn counter_exists(server: &RedisProcess, name: &str) -> bool {
-    let key = multilock::testkit::protocol::token_key(name);
+    let key = multilock_testkit::protocol::token_key(name);
     let exists = async {
         let client = redis::Client::open(server.url())?;
         let mut conn = client.get_multiplexed_async_connection().await?;

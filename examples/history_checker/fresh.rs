@@ -18,7 +18,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{
+use multilock_testkit::{
     History, Leftover, PollLimit, RedisProcess, TestServer, connect_all, scan_keys,
 };
 use rand::RngExt;

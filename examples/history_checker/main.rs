@@ -149,10 +149,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{
+use multilock::{Client, Node};
+use multilock_testkit::{
     History, PollLimit, QueueMonitor, RedisProcess, TestServer, leftover_keys,
 };
-use multilock::{Client, Node};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::watch;

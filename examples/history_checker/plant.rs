@@ -13,8 +13,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{FencedStore, History};
 use multilock::{Client, Node, Owner, Result};
+use multilock_testkit::{FencedStore, History};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

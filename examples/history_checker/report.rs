@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use multilock::testkit::{Departure, History, Hold, Violation};
+use multilock_testkit::{Departure, History, Hold, Violation};
 
 use crate::chaos::{ChaosCounts, Event, Restarts};
 use crate::fresh::FreshFigures;

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{Access, FencedStore, History, protocol};
 use multilock::{
     Client, DistributedLock, Error, Guard, Lock, MultiLock, Node, Owner, RedLock, Result,
 };
+use multilock_testkit::{Access, FencedStore, History, protocol};
 use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::sync::watch;

@@ -10,8 +10,8 @@
 //! Every script call is built here by a function named after the operation
 //! ([`acquire`], [`release`], [`renew_batch`], ...), which fixes the KEYS and
 //! ARGV order and how the reply is decoded. Nothing else in the crate (nor
-//! the benchmark, which reaches these through `testkit::protocol`) writes a
-//! key or an argument of a lock script.
+//! the test kit and the benchmarks, which reach these through the `wire`
+//! module) writes a key or an argument of a lock script.
 
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ impl Publish {
     pub(crate) const PLAIN: Publish = Publish(None);
 
     /// `spublish` while `sharded` is true, else `publish`.
-    #[cfg(any(feature = "cluster", feature = "testkit", test))]
+    #[cfg(any(feature = "cluster", feature = "wire", test))]
     pub(crate) fn shared(sharded: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Publish {
         Publish(Some(sharded))
     }
@@ -155,15 +155,15 @@ impl LockKeys {
 }
 
 /// Hash slots of a Redis Cluster.
-#[cfg(any(feature = "cluster", feature = "testkit"))]
-pub(crate) const SLOTS: u16 = 16384;
+#[cfg(any(feature = "cluster", feature = "wire"))]
+pub const SLOTS: u16 = 16384;
 
 /// The hash slot of `key` in a Redis Cluster: CRC16 (XMODEM) of its hash
 /// tag (the part between the first `{` and the next `}`, when not empty),
 /// else of the whole key, modulo 16384. Every key of one lock shares the
 /// name's slot.
-#[cfg(any(feature = "cluster", feature = "testkit"))]
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
+#[cfg(any(feature = "cluster", feature = "wire"))]
+pub fn key_slot(key: &[u8]) -> u16 {
     let hashed = match key.iter().position(|&b| b == b'{') {
         Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
             Some(len) if len > 0 => &key[open + 1..open + 1 + len],

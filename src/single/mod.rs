@@ -11,7 +11,7 @@ mod kind;
 mod methods;
 mod queries;
 mod read_write;
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests;
 
 use std::fmt;

@@ -9,7 +9,7 @@ use super::acquire::Undo;
 use super::*;
 use crate::Client;
 use crate::protocol;
-use crate::testkit::{RedisProcess, TestServer, poll_until};
+use multilock_testkit::{RedisProcess, TestServer, poll_until};
 
 /// CI's `down_then_back`: an acquire's outcome was unknown and its rollback
 /// was decided (no holds on record), then the same owner asked again at

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{LONG_LEASE, client, node_at, wait_for_listeners, wait_healthy};
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Client, Health, Node};
+use multilock_testkit::{RedisProcess, TestServer};
 
 #[tokio::test]
 async fn acl_user_and_password() {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{
+use multilock::{Error, Node, Owner, ShardedPubSub};
+use multilock_testkit::{
     Delay, Direction, RedisCluster, RedisProcess, TcpProxy, TestServer, key_slot,
 };
-use multilock::{Error, Node, Owner, ShardedPubSub};
 
 use crate::common::*;
 

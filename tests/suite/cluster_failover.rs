@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use multilock::testkit::{RedisCluster, key_slot};
 use multilock::{Client, Lock, Node, Owner};
+use multilock_testkit::{RedisCluster, key_slot};
 
 use crate::cluster::{cluster, cluster_node, name_per_shard, wait_for_subscribers};
 use crate::common::*;

@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use multilock::testkit::RedisCluster;
 use multilock::{Client, Error, Node};
+use multilock_testkit::RedisCluster;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::cluster::{cluster, cluster_node, name_per_shard, wait_for_subscribers};
@@ -223,7 +223,7 @@ async fn an_external_ssubscribe_client_hears_our_release() {
     // refused while we hold: it answers the lock's TTL, not nil (granted).
     let mut redisson = raw(&primary_url(&cluster, name).await).await;
     let refused: Option<i64> =
-        multilock::testkit::redisson::acquire(name, "6f0c9a5e-redisson:1", LONG_LEASE)
+        multilock_testkit::redisson::acquire(name, "6f0c9a5e-redisson:1", LONG_LEASE)
             .invoke_async(&mut redisson)
             .await
             .unwrap();

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use multilock::testkit::key_slot;
 use multilock::{Client, Lock, Node};
+use multilock_testkit::key_slot;
 
 use crate::cluster::{NODE_TIMEOUT, cluster, cluster_node};
 use crate::cluster_failover::owned;

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{RedisCluster, key_slot, poll_until};
 use multilock::{Client, Node};
+use multilock_testkit::{RedisCluster, key_slot, poll_until};
 use redis::Value;
 
 use crate::cluster::{NODE_TIMEOUT, wait_for_subscribers};

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use multilock::Node;
-use multilock::testkit::{RedisProcess, key_slot};
+use multilock_testkit::{RedisProcess, key_slot};
 
 use crate::common::*;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common::*;
-use multilock::testkit::TestServer;
+use multilock_testkit::TestServer;
 
 /// An uncontended lock+unlock is exactly two script calls on the wire:
 /// no PING on checkout, nothing else.

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer};
 use multilock::{Error, FailureCause, Health, Node, RedLock, Unavailable};
+use multilock_testkit::{RedisProcess, TestServer};
 
 const NAME: &str = "degraded";
 

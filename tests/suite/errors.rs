@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::common::*;
-use multilock::testkit::TestServer;
 use multilock::{Client, Error, Node, Owner};
+use multilock_testkit::TestServer;
 
 fn invalid<T: std::fmt::Debug>(result: multilock::Result<T>) -> String {
     match result {

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, redisson, redisson_fair};
 use multilock::{Client, Lock, Owner};
+use multilock_testkit::{RedisProcess, TestServer, redisson, redisson_fair};
 
 const NAME: &str = "tickets";
 

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use multilock::testkit::{TestServer, protocol};
 use multilock::{Client, DistributedLock, Error, Guard, Health, Node};
+use multilock_testkit::{TestServer, protocol};
 use redis::aio::MultiplexedConnection;
 
 use crate::common::*;

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer, poll_until};
 use multilock::{Health, Node, Owner};
+use multilock_testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer, poll_until};
 
 /// A release whose node was down is sent again in the background once the
 /// node is back (restarted empty: the release's latch is gone with it). The

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use multilock::Node;
-use multilock::testkit::TestServer;
+use multilock_testkit::TestServer;
 
 /// Once every `Node` and lock on them is dropped, a client keeps no
 /// connection to their servers and makes none, fenced or not. (The fence

@@ -10,7 +10,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use crate::common::*;
 use multilock::Client;
-use multilock::testkit::TestServer;
+use multilock_testkit::TestServer;
 
 /// The process's recorder (one per process, as the facade allows).
 fn snapshotter() -> &'static Snapshotter {
@@ -187,7 +187,7 @@ async fn a_sentinel_node_counts_its_switches_of_primary() {
     use crate::sentinel::{SWITCH, sentinel_node, wait_until_lands_on};
     let _alone = ONE_AT_A_TIME.lock().await;
     snapshotter();
-    let group = multilock::testkit::SentinelGroup::start().await.unwrap();
+    let group = multilock_testkit::SentinelGroup::start().await.unwrap();
     let node = sentinel_node(&group);
     let lock = long_lease_client().lock(&node, "metrics-switch").unwrap();
     lock.lock().await.unwrap().unlock().await.unwrap();

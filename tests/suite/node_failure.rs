@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TcpProxy, TestServer, poll_until, protocol};
 use multilock::{Client, Error, Node, Owner};
+use multilock_testkit::{RedisProcess, TcpProxy, TestServer, poll_until, protocol};
 
 #[tokio::test]
 async fn down_then_back() {

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{ConnectionId, Delay, Direction, TcpProxy, TestServer};
+use multilock_testkit::{ConnectionId, Delay, Direction, TcpProxy, TestServer};
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

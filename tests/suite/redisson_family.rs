@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use multilock::testkit::redisson_fair as fair;
-use multilock::testkit::redisson_rwlock as rwlock;
-use multilock::testkit::{TestServer, poll_until, redisson};
+use multilock_testkit::redisson_fair as fair;
+use multilock_testkit::redisson_rwlock as rwlock;
+use multilock_testkit::{TestServer, poll_until, redisson};
 use redis::ScriptInvocation;
 use redis::aio::MultiplexedConnection;
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::common::*;
-use multilock::testkit::{TestServer, poll_until};
 use multilock::{Client, Owner};
+use multilock_testkit::{TestServer, poll_until};
 
 #[tokio::test]
 async fn hold_count_rises_and_falls_with_reentry() {

@@ -16,7 +16,7 @@ use multilock::{Client, Guard, Lock, Node};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
-use multilock::testkit::TestServer;
+use multilock_testkit::TestServer;
 
 /// Runs of each scenario, in a row.
 const ROUNDS: usize = 10;
@@ -285,7 +285,7 @@ async fn waiters_ride_through_a_standalone_restart() {
 mod sentinel {
     use super::*;
     use crate::sentinel::sentinel_node;
-    use multilock::testkit::{GroupMember, SentinelGroup};
+    use multilock_testkit::{GroupMember, SentinelGroup};
 
     /// How the primary goes away.
     #[derive(Clone, Copy)]
@@ -366,7 +366,7 @@ mod sentinel {
 mod cluster {
     use super::*;
     use crate::cluster::{cluster, cluster_node};
-    use multilock::testkit::RedisCluster;
+    use multilock_testkit::RedisCluster;
 
     #[derive(Clone, Copy)]
     enum Fault {

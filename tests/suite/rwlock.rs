@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, redisson, redisson_rwlock};
 use multilock::{Client, Error, Guard, Lock, Owner, ReadWriteLock};
+use multilock_testkit::{RedisProcess, TestServer, redisson, redisson_rwlock};
 
 const NAME: &str = "prices";
 const JAVA: &str = "6f1c0e9a-1111-2222-3333-444455556666:1";

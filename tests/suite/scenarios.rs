@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::{FencedStore, RedisProcess, TestServer};
 use multilock::{Client, Node};
+use multilock_testkit::{FencedStore, RedisProcess, TestServer};
 
 /// The environment variable that makes a scenario test play its child part.
 const CHILD: &str = "MULTILOCK_SUITE_CHILD";

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use multilock::testkit::TestServer;
 use multilock::{AnyLock, Client, DistributedLock, Error};
+use multilock_testkit::TestServer;
 
 /// On every lock type: the work runs under the lock, with the fencing
 /// token, and the lock is released after it.

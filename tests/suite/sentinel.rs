@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
 use multilock::{Client, Error, Lock, Node, Owner, Unavailable};
+use multilock_testkit::{GroupMember, SentinelGroup, TestServer};
 
 use crate::common::*;
 

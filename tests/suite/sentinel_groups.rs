@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::sentinel::{SWITCH, sentinel_node, wait_until_lands_on};
-use multilock::testkit::{GroupMember, SentinelGroup, TestServer};
 use multilock::{Client, Error, Node, Unavailable};
+use multilock_testkit::{GroupMember, SentinelGroup, TestServer};
 
 /// Cuts the replicas off, so what the primary is sent next reaches none:
 /// frozen (they cannot reconnect) and dropped by the primary (a frozen

@@ -20,8 +20,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use multilock::testkit::RedisProcess;
 use multilock::{Client, Node};
+use multilock_testkit::RedisProcess;
 
 use crate::common::*;
 

@@ -11,7 +11,7 @@ use futures::future::join_all;
 
 use crate::common::*;
 use multilock::Node;
-use multilock::testkit::{RedisProcess, TestServer};
+use multilock_testkit::{RedisProcess, TestServer};
 
 /// A condition a server can be put in, and taken out of.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use multilock::Client;
-use multilock::testkit::{TestServer, protocol};
+use multilock_testkit::{TestServer, protocol};
 
 /// The holder holds for a minute: a waiter not woken by the unlock message
 /// would sleep out the holder's TTL, far past the bound below.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::common::*;
-use multilock::testkit::{Delay, Direction, TcpProxy, TestServer};
+use multilock_testkit::{Delay, Direction, TcpProxy, TestServer};
 
 #[tokio::test]
 async fn watchdog_keeps_the_lock_past_three_timeouts() {

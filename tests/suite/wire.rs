@@ -7,10 +7,10 @@ use std::time::Duration;
 use crate::common::*;
 use futures::StreamExt;
 use multilock::Owner;
-use multilock::testkit::RedisProcess;
-use multilock::testkit::TestServer;
-use multilock::testkit::protocol::{self, AcquireReply, scripts};
-use multilock::testkit::redisson;
+use multilock_testkit::RedisProcess;
+use multilock_testkit::TestServer;
+use multilock_testkit::protocol::{self, AcquireReply, scripts};
+use multilock_testkit::redisson;
 
 /// HGETALL shows `<uuid>:<owner>` -> count; PTTL matches the lease; a raw
 /// SUBSCRIBE on `redisson_lock__channel:{name}` receives `0` on release.

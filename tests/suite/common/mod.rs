@@ -14,8 +14,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use multilock::testkit::{RedisProcess, TestServer, poll_until, protocol};
 use multilock::{Client, Guard, Lock, Node};
+use multilock_testkit::{RedisProcess, TestServer, poll_until, protocol};
 
 pub use monitor::monitor;
 
@@ -380,7 +380,7 @@ pub async fn debug_sleep(server: &RedisProcess, seconds: f64) -> tokio::task::Jo
             .await
             .expect("DEBUG SLEEP");
     });
-    let probe = multilock::testkit::PollLimit::new(Duration::from_secs(5));
+    let probe = multilock_testkit::PollLimit::new(Duration::from_secs(5));
     loop {
         let ping = async {
             let mut conn = raw(&server.url()).await;

@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use multilock::testkit::{FencedStore, RedisContainer, ReplicatedPair, Side, TestServer};
 use multilock::{Client, Error, Node};
+use multilock_testkit::{FencedStore, RedisContainer, ReplicatedPair, Side, TestServer};
 
 use crate::common::{
     LONG_LEASE, PATIENCE, addr, client, client_with_watchdog, eventually, exists, init_tracing,

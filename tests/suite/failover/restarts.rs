@@ -160,7 +160,7 @@ async fn red_lock_through_a_kill_and_restart<S: TestServer>() {
 
 #[tokio::test]
 async fn the_same_scenario_runs_on_processes() {
-    red_lock_through_a_kill_and_restart::<multilock::testkit::RedisProcess>().await;
+    red_lock_through_a_kill_and_restart::<multilock_testkit::RedisProcess>().await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{counter_at, fenced, fenced_grant, nodes};
 use crate::common::*;
-use multilock::testkit::TestServer;
+use multilock_testkit::TestServer;
 
 /// More than a round's budget and a settlement's node timeouts, far less
 /// than "for as long as the node stays dead".

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::{LEASE, fenced, fenced_grant};
 use crate::common::*;
 use multilock::RedLock;
-use multilock::testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer};
+use multilock_testkit::{Delay, Direction, RedisProcess, TcpProxy, TestServer};
 
 /// How late the slow node answers, each way.
 const LATE: Duration = Duration::from_millis(100);

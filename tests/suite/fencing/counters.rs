@@ -7,7 +7,7 @@
 use super::{LEASE, fenced, fenced_grant, nodes};
 use crate::common::*;
 use multilock::RedLock;
-use multilock::testkit::{RedisProcess, TestServer, protocol};
+use multilock_testkit::{RedisProcess, TestServer, protocol};
 
 /// The largest token: 2^53 - 1, the last integer a Lua number holds exactly
 /// with its successor's room to compare against.

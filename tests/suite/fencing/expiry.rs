@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{fenced, fenced_grant, nodes};
 use crate::common::*;
-use multilock::testkit::{TestServer, protocol};
 use multilock::{Client, DEFAULT_FENCING_COUNTER_EXPIRY};
+use multilock_testkit::{TestServer, protocol};
 
 fn client_expiring_after(expiry: Option<Duration>) -> Client {
     Client::builder()
@@ -19,7 +19,7 @@ fn client_expiring_after(expiry: Option<Duration>) -> Client {
 
 /// The counter's and its vouch's PTTL on each server (-1: no expiry, -2:
 /// none), in that order.
-async fn counter_ttls(servers: &[multilock::testkit::RedisProcess], name: &str) -> Vec<i64> {
+async fn counter_ttls(servers: &[multilock_testkit::RedisProcess], name: &str) -> Vec<i64> {
     let mut ttls = Vec::new();
     for key in [protocol::token_key(name), protocol::token_vouch_key(name)] {
         for server in servers {

@@ -14,10 +14,10 @@ use super::{counter_at, fenced, fenced_grant};
 use crate::cluster::{cluster, cluster_node};
 use crate::common::*;
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
-use multilock::testkit::TcpProxy;
+use multilock_testkit::TcpProxy;
 #[cfg(feature = "sentinel")]
-use multilock::testkit::{GroupMember, SentinelGroup};
-use multilock::testkit::{TestServer, protocol};
+use multilock_testkit::{GroupMember, SentinelGroup};
+use multilock_testkit::{TestServer, protocol};
 
 /// Drops the primary at `url`'s links to its replicas (they reconnect
 /// once they can).

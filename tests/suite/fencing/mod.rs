@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, protocol};
 use multilock::{Client, Node, RedLock};
+use multilock_testkit::{RedisProcess, TestServer, protocol};
 
 const LEASE: Duration = Duration::from_secs(10);
 
@@ -19,8 +19,8 @@ fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
 /// can cut it off (a seal then misses it, and it stays behind).
 async fn node_2_behind_a_proxy(
     servers: &[RedisProcess],
-) -> (multilock::testkit::TcpProxy, Vec<Node>) {
-    let proxy = multilock::testkit::TcpProxy::start(servers[2].port())
+) -> (multilock_testkit::TcpProxy, Vec<Node>) {
+    let proxy = multilock_testkit::TcpProxy::start(servers[2].port())
         .await
         .unwrap();
     let nodes = vec![

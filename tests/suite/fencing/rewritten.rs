@@ -7,7 +7,7 @@
 
 use super::{counter_at, fenced, fenced_grant, node_2_behind_a_proxy, replicaof, wait_synced};
 use crate::common::*;
-use multilock::testkit::{TestServer, protocol};
+use multilock_testkit::{TestServer, protocol};
 
 /// A failover and a failback (Sentinel/Cluster style, done by hand with
 /// REPLICAOF): node 0's replica R is promoted in a partition while missing

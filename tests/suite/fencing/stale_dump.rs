@@ -5,7 +5,7 @@
 
 use super::{counter, counter_at, fenced, fenced_grant, node_2_behind_a_proxy, nodes, vouched};
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, protocol};
+use multilock_testkit::{RedisProcess, TestServer, protocol};
 
 const NAME: &str = "restored";
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::common::*;
-use multilock::testkit::{RedisProcess, TestServer, protocol};
 use multilock::{Client, Error, Node, Owner};
+use multilock_testkit::{RedisProcess, TestServer, protocol};
 
 const NAME: &str = "orders:42";
 

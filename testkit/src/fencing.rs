@@ -26,7 +26,7 @@ return 1
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::FencedStore;
+/// use multilock_testkit::FencedStore;
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let store = FencedStore::new("redis://127.0.0.1:6379", "doc");

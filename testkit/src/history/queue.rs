@@ -22,7 +22,7 @@ use futures::{FutureExt, StreamExt};
 use super::History;
 #[cfg(test)]
 use super::Violation;
-use crate::testkit::redisson_fair;
+use crate::redisson_fair;
 
 /// How long after its wait ended a queue entry may still be there: a
 /// give-up sent while the node is paused (the history checker pauses it for
@@ -496,8 +496,8 @@ mod tests {
     /// ended without a give-up, are both found.
     #[tokio::test]
     async fn the_replay_finds_an_overtaking_and_an_entry_left_behind() {
-        use crate::testkit::{RedisProcess, TestServer, poll_until, protocol};
-        use crate::{Client, Node, Owner};
+        use crate::{RedisProcess, TestServer, poll_until, protocol};
+        use multilock::{Client, Node, Owner};
         use std::time::Instant;
 
         let server = RedisProcess::start().await.unwrap();

@@ -1,4 +1,4 @@
-//! The container half of a [`ReplicatedPair`](crate::testkit::ReplicatedPair):
+//! The container half of a [`ReplicatedPair`](crate::ReplicatedPair):
 //! two servers on two networks, replication over side B.
 
 use std::io;
@@ -8,8 +8,8 @@ use super::container::{REDIS_PORT, RedisContainer};
 use super::docker::connect;
 use super::image::resolved;
 use super::network::{Network, Side};
-use crate::testkit::ReplicaBackend;
-use crate::testkit::replicated::PRIMARY_FLAGS;
+use crate::ReplicaBackend;
+use crate::replicated::PRIMARY_FLAGS;
 
 impl ReplicaBackend for RedisContainer {
     /// Starts both servers on two networks of their own: side A for

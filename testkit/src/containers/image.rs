@@ -487,9 +487,9 @@ fn split_tag(image: &str) -> (&str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::TestServer;
-    use crate::testkit::containers::RedisContainer;
-    use crate::testkit::containers::docker::run_detached;
+    use crate::TestServer;
+    use crate::containers::RedisContainer;
+    use crate::containers::docker::run_detached;
 
     #[test]
     fn tags_split_into_repository_and_tag() {
@@ -580,7 +580,7 @@ mod tests {
         ));
 
         let server = RedisContainer::start_image(&tag).await.unwrap();
-        crate::testkit::command::wait_until_ready(&server.url(), Duration::from_secs(10))
+        crate::command::wait_until_ready(&server.url(), Duration::from_secs(10))
             .await
             .unwrap();
         server.rm().await.unwrap();

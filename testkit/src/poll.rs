@@ -15,7 +15,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use multilock::testkit::PollLimit;
+/// use multilock_testkit::PollLimit;
 ///
 /// # async fn demo(mut is_ready: impl FnMut() -> bool) -> std::io::Result<()> {
 /// let poll = PollLimit::new(Duration::from_secs(5));
@@ -86,7 +86,7 @@ impl PollLimit {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use multilock::testkit::poll_until;
+/// use multilock_testkit::poll_until;
 ///
 /// # async fn demo(lock: multilock::Lock) -> std::io::Result<()> {
 /// poll_until(Duration::from_secs(5), || "the lock is still held".into(), || async {

@@ -19,8 +19,8 @@ use testcontainers::bollard::query_parameters::{
 use super::docker::{LABEL, bounded, connect, keep_containers, remove_container, run_detached};
 use super::image::resolved;
 use super::network::{Attachment, Network, Side};
-use crate::testkit::command::wait_until_ready;
-use crate::testkit::{PollLimit, TestServer};
+use crate::command::wait_until_ready;
+use crate::{PollLimit, TestServer};
 
 /// The port Redis listens on inside each container.
 pub const REDIS_PORT: u16 = 6379;

@@ -24,8 +24,8 @@ const MASTER: &str = "mymaster";
 /// A member of a [`SentinelGroup`], to inject a fault into.
 ///
 /// ```no_run
-/// # async fn f(g: &mut multilock::testkit::SentinelGroup) -> std::io::Result<()> {
-/// g.restart(multilock::testkit::GroupMember::Sentinel(2)).await?;
+/// # async fn f(g: &mut multilock_testkit::SentinelGroup) -> std::io::Result<()> {
+/// g.restart(multilock_testkit::GroupMember::Sentinel(2)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub enum GroupMember {
 /// argument, before the options `RedisProcess` passes.
 ///
 /// ```no_run
-/// # fn f(g: &multilock::testkit::SentinelGroup) {
+/// # fn f(g: &multilock_testkit::SentinelGroup) {
 /// let sentinel = &g.sentinels()[0];
 /// println!("{} {} {:?}", sentinel.url(), sentinel.port(), sentinel.pid());
 /// # }
@@ -179,7 +179,7 @@ impl Drop for SentinelNode {
 /// them some seconds: [`SentinelGroup::wait_until_healthy`].
 ///
 /// ```no_run
-/// use multilock::testkit::{GroupMember, SentinelGroup};
+/// use multilock_testkit::{GroupMember, SentinelGroup};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let mut group = SentinelGroup::start().await?;

@@ -4,7 +4,7 @@
 use std::io;
 
 use super::{READY_LIMIT, RedisCluster, SLOTS, owner_of};
-use crate::testkit::command::{Role, ask, command, poll_ready, role};
+use crate::command::{Role, ask, command, poll_ready, role};
 
 /// How many keys one `MIGRATE` of a slot migration moves, as `redis-cli
 /// --cluster reshard` does by default.
@@ -26,8 +26,8 @@ impl RedisCluster {
     /// fails when a step fails, or the nodes do not agree within 30 s.
     ///
     /// ```no_run
-    /// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
-    /// use multilock::testkit::key_slot;
+    /// # async fn f(cluster: &multilock_testkit::RedisCluster) -> std::io::Result<()> {
+    /// use multilock_testkit::key_slot;
     ///
     /// let slot = key_slot("lock");
     /// let to = (cluster.primary_for_slot(slot).await? + 1) % 3;
@@ -70,8 +70,8 @@ impl RedisCluster {
     /// or a node refuses its `SETSLOT`.
     ///
     /// ```no_run
-    /// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
-    /// use multilock::testkit::key_slot;
+    /// # async fn f(cluster: &multilock_testkit::RedisCluster) -> std::io::Result<()> {
+    /// use multilock_testkit::key_slot;
     ///
     /// let slot = key_slot("{user1000}");
     /// let to = (cluster.primary_for_slot(slot).await? + 1) % 3;
@@ -117,7 +117,7 @@ impl RedisCluster {
 /// the migration.
 ///
 /// ```no_run
-/// # async fn f(cluster: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
+/// # async fn f(cluster: &multilock_testkit::RedisCluster) -> std::io::Result<()> {
 /// let migration = cluster.begin_slot_migration(42, 1).await?;
 /// println!("slot {} from node {} to node {}", migration.slot(), migration.from(), migration.to());
 /// migration.move_keys(cluster).await?;

@@ -7,10 +7,10 @@
 //!
 //! | fault | what happens | a client sees |
 //! |---|---|---|
-//! | [`kill`](crate::testkit::TestServer::kill) | `docker kill` (SIGKILL) | open connections close; new ones time out (the address is gone, as with a dead host) |
-//! | [`pause`](crate::testkit::TestServer::pause) | `docker pause` (cgroup freezer) | requests time out; answered after `unpause` |
-//! | [`partition`](crate::testkit::TestServer::partition) | the container is disconnected from its network, still running | requests time out (packets are dropped, not refused); open connections resume after `heal` |
-//! | [`restart`](crate::testkit::TestServer::restart) | the container is removed and created again at the same address | the server is back, empty |
+//! | [`kill`](crate::TestServer::kill) | `docker kill` (SIGKILL) | open connections close; new ones time out (the address is gone, as with a dead host) |
+//! | [`pause`](crate::TestServer::pause) | `docker pause` (cgroup freezer) | requests time out; answered after `unpause` |
+//! | [`partition`](crate::TestServer::partition) | the container is disconnected from its network, still running | requests time out (packets are dropped, not refused); open connections resume after `heal` |
+//! | [`restart`](crate::TestServer::restart) | the container is removed and created again at the same address | the server is back, empty |
 //!
 //! Why the container address and not a published host port: a published
 //! port goes through `docker-proxy`, and disconnecting the container makes
@@ -22,7 +22,7 @@
 //!
 //! Asymmetric partitions: servers from
 //! [`RedisContainer::start_many_two_sided`] sit on two networks, side A
-//! ([`TestServer::url`](crate::testkit::TestServer::url)) and side B
+//! ([`TestServer::url`](crate::TestServer::url)) and side B
 //! ([`RedisContainer::url_from`]); [`RedisContainer::partition_side`]
 //! cuts one side only, so a client on
 //! side A loses a server that a client on side B still reaches. A
@@ -73,7 +73,7 @@
 //! # Examples
 //!
 //! ```no_run
-//! use multilock::testkit::{RedisContainer, TestServer};
+//! use multilock_testkit::{RedisContainer, TestServer};
 //!
 //! # async fn demo() -> std::io::Result<()> {
 //! let mut nodes = RedisContainer::start_many(3).await?;
@@ -100,7 +100,7 @@ mod network;
 mod recipe;
 mod replicated;
 
-pub use crate::testkit::ReplicatedPair;
+pub use crate::ReplicatedPair;
 pub use container::{REDIS_PORT, RedisContainer};
 pub use docker::KEEP_ENV;
 pub use image::{

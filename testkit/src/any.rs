@@ -17,7 +17,7 @@ pub const BACKEND_ENV: &str = "MULTILOCK_BACKEND";
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::{Backend, TestServer};
+/// use multilock_testkit::{Backend, TestServer};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// // Containers when Docker works here, else processes.
@@ -193,7 +193,7 @@ impl fmt::Display for Backend {
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::{AnyServer, Backend, Side, TestServer};
+/// use multilock_testkit::{AnyServer, Backend, Side, TestServer};
 ///
 /// # async fn demo(backend: Backend) -> std::io::Result<()> {
 /// let mut server: AnyServer = backend.start().await?;

@@ -148,13 +148,13 @@ pub(super) struct Attachment {
 /// One of the two networks of a two-sided server
 /// ([`RedisContainer::start_many_two_sided`](super::RedisContainer::start_many_two_sided)).
 ///
-/// Side A is the one [`TestServer::url`](crate::testkit::TestServer::url)
+/// Side A is the one [`TestServer::url`](crate::TestServer::url)
 /// uses. Clients that reach the servers through side B are not affected by
 /// a partition of side A, which is how a test cuts one client off a
 /// majority of the servers while another client still reaches them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
-    /// The first network: [`TestServer::url`](crate::testkit::TestServer::url).
+    /// The first network: [`TestServer::url`](crate::TestServer::url).
     A,
     /// The second network.
     B,

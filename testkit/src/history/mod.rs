@@ -32,7 +32,7 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::Guard;
+use multilock::Guard;
 
 mod leftovers;
 mod queue;
@@ -162,7 +162,7 @@ pub struct FencedWrite {
 ///
 /// ```no_run
 /// use std::time::Instant;
-/// use multilock::testkit::{FencedStore, History};
+/// use multilock_testkit::{FencedStore, History};
 ///
 /// # async fn demo(red: multilock::RedLock, store: FencedStore) -> multilock::Result<()> {
 /// let history = History::new();
@@ -394,7 +394,7 @@ fn secs(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{RedisProcess, TestServer, protocol};
+    use crate::{RedisProcess, TestServer, protocol};
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)
@@ -453,8 +453,8 @@ mod tests {
     #[tokio::test]
     async fn the_recorder_keeps_what_the_guard_said() {
         let server = RedisProcess::start().await.unwrap();
-        let client = crate::Client::new();
-        let node = crate::Node::new(&server.url()).unwrap();
+        let client = multilock::Client::new();
+        let node = multilock::Node::new(&server.url()).unwrap();
         let lock = client.lock(&node, "recorded").unwrap().with_fencing();
         let history = History::new();
 

@@ -9,7 +9,7 @@ use redis::Value;
 use super::command::{Role, ask, free_port, info_field, poll_ready, role, url_of};
 use super::replicated::PRIMARY_FLAGS;
 use super::{RedisProcess, TcpProxy, TestServer};
-use crate::protocol::SLOTS;
+use multilock::wire::SLOTS;
 
 mod migration;
 mod partition;
@@ -27,18 +27,18 @@ const SHARDS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
 /// when not empty), modulo 16384.
 ///
 /// ```no_run
-/// use multilock::testkit::key_slot;
+/// use multilock_testkit::key_slot;
 ///
 /// assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
 /// ```
 pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
-    crate::protocol::key_slot(key.as_ref())
+    multilock::wire::key_slot(key.as_ref())
 }
 
 /// One node of a [`RedisCluster`]: a [`RedisProcess`] and its cluster node id.
 ///
 /// ```no_run
-/// # fn f(c: &multilock::testkit::RedisCluster) {
+/// # fn f(c: &multilock_testkit::RedisCluster) {
 /// let (url, id, pid) = (c.nodes()[0].url(), c.nodes()[0].id(), c.nodes()[0].pid());
 /// # }
 /// ```
@@ -100,7 +100,7 @@ impl ClusterNode {
 /// fixed one-second waits, and the replica of each primary known in advance.
 ///
 /// ```no_run
-/// use multilock::testkit::RedisCluster;
+/// use multilock_testkit::RedisCluster;
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let mut cluster = RedisCluster::start().await?;

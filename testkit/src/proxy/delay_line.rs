@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use multilock::testkit::{Delay, Direction, RedisProcess, TcpProxy};
+/// use multilock_testkit::{Delay, Direction, RedisProcess, TcpProxy};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let server = RedisProcess::start().await?;
@@ -51,7 +51,7 @@ impl Delay {
     /// # Examples
     ///
     /// ```no_run
-    /// use multilock::testkit::{Delay, Direction, TcpProxy};
+    /// use multilock_testkit::{Delay, Direction, TcpProxy};
     ///
     /// # fn demo(proxy: &TcpProxy) {
     /// proxy.set_delay(Direction::Both, Delay::NONE); // latency off again
@@ -68,7 +68,7 @@ impl Delay {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::{Delay, Direction, TcpProxy};
+    /// use multilock_testkit::{Delay, Direction, TcpProxy};
     ///
     /// # fn demo(proxy: &TcpProxy) {
     /// proxy.set_delay(Direction::ToServer, Delay::fixed(Duration::from_micros(200)));
@@ -88,7 +88,7 @@ impl Delay {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::{Delay, Direction, TcpProxy};
+    /// use multilock_testkit::{Delay, Direction, TcpProxy};
     ///
     /// # fn demo(proxy: &TcpProxy) {
     /// let ms = Duration::from_millis(1);
@@ -105,7 +105,7 @@ impl Delay {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::Delay;
+    /// use multilock_testkit::Delay;
     ///
     /// let ms = Duration::from_millis(1);
     /// assert_eq!(Delay::jittered(ms, ms).base(), ms);
@@ -120,7 +120,7 @@ impl Delay {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::Delay;
+    /// use multilock_testkit::Delay;
     ///
     /// assert_eq!(Delay::fixed(Duration::from_millis(1)).jitter(), Duration::ZERO);
     /// ```
@@ -134,7 +134,7 @@ impl Delay {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::Delay;
+    /// use multilock_testkit::Delay;
     ///
     /// assert!(Delay::fixed(Duration::ZERO).is_none());
     /// ```

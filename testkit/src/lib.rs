@@ -1,5 +1,5 @@
-//! A kit for tests against real Redis servers (feature `testkit`).
-//!
+//! A kit for tests against real Redis servers, for `multilock` and for the
+//! failover tests of the services that use it.
 //! Two backends with one API, [`TestServer`]: [`RedisProcess`] runs
 //! `redis-server` processes on free loopback ports, and [`containers`] runs
 //! Docker containers, driven through the bollard client that testcontainers
@@ -22,7 +22,7 @@
 //!   sends Redisson 3.24+'s lock protocol, as a foreign client would.
 //!
 //! ```no_run
-//! use multilock::testkit::{RedisProcess, TestServer};
+//! use multilock_testkit::{RedisProcess, TestServer};
 //!
 //! # async fn demo() -> std::io::Result<()> {
 //! let mut server = RedisProcess::start().await?;
@@ -42,7 +42,6 @@ mod fencing;
 mod history;
 mod poll;
 mod process;
-pub mod protocol;
 mod proxy;
 pub mod redisson;
 pub mod redisson_fair;
@@ -51,6 +50,12 @@ mod replicated;
 mod sentinel;
 
 use std::io;
+
+/// The library's own script calls (`multilock::wire`), built by the same
+/// code the library sends them with: key names, the acquire, release,
+/// renewal and fencing scripts, and their replies.
+#[doc(inline)]
+pub use multilock::wire as protocol;
 
 pub use any::{AnyServer, BACKEND_ENV, Backend};
 pub use cluster::{ClusterNode, RedisCluster, SlotMigration, key_slot};

@@ -160,7 +160,7 @@ impl fmt::Display for Violation {
 ///
 /// ```
 /// use std::time::Duration;
-/// use multilock::testkit::{Access, Hold, HoldId, Violation, check};
+/// use multilock_testkit::{Access, Hold, HoldId, Violation, check};
 ///
 /// let ms = Duration::from_millis;
 /// let hold = |id, granted, released| Hold {

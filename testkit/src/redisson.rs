@@ -12,7 +12,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use multilock::testkit::redisson;
+//! use multilock_testkit::redisson;
 //!
 //! # async fn demo(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
 //! let field = "6f1c0e9a-1111-2222-3333-444455556666:1";

@@ -6,7 +6,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::{RedisCluster, ask};
-use crate::testkit::{RedisProcess, TcpProxy, TestServer};
+use crate::{RedisProcess, TcpProxy, TestServer};
 
 impl RedisCluster {
     /// As [`RedisCluster::start`], with each node's cluster bus behind a
@@ -21,7 +21,7 @@ impl RedisCluster {
     /// # Examples
     ///
     /// ```no_run
-    /// use multilock::testkit::RedisCluster;
+    /// use multilock_testkit::RedisCluster;
     ///
     /// # async fn demo() -> std::io::Result<()> {
     /// let mut cluster = RedisCluster::start_with_bus_proxies().await?;

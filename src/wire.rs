@@ -1,21 +1,25 @@
-//! The crate's wire protocol, for tests and benchmarks that talk to Redis
-//! directly: the same key names and script calls the crate sends, built by
-//! the same code (the crate's `protocol` module, `src/protocol/`), so nothing
-//! here can drift from it.
+//! The crate's wire protocol, for test kits and benchmarks that talk to Redis
+//! directly (feature `wire`; the `multilock-testkit` crate re-exports it as
+//! `multilock_testkit::protocol`): the same key names and script calls the
+//! crate sends, built by the same code (the crate's `protocol` module,
+//! `src/protocol/`), so nothing here can drift from it.
+//!
+//! Hidden from the documentation and outside the crate's semver promise:
+//! the scripts change when the crate's protocol does.
 //!
 //! # Examples
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use multilock::testkit::protocol;
+//! use multilock::wire;
 //!
 //! # async fn demo(conn: &mut redis::aio::MultiplexedConnection) -> redis::RedisResult<()> {
-//! let field = protocol::field("6f1c0e9a-client", "worker-1");
-//! let reply: protocol::AcquireReply =
-//!     protocol::acquire("orders:42", &field, Duration::from_secs(30), "hold-1")
+//! let field = wire::field("6f1c0e9a-client", "worker-1");
+//! let reply: wire::AcquireReply =
+//!     wire::acquire("orders:42", &field, Duration::from_secs(30), "hold-1")
 //!         .invoke_async(conn)
 //!         .await?;
-//! assert!(matches!(reply, protocol::AcquireReply::Granted { count: 1, .. }));
+//! assert!(matches!(reply, wire::AcquireReply::Granted { count: 1, .. }));
 //! # Ok(()) }
 //! ```
 
@@ -23,7 +27,8 @@ use std::time::Duration;
 
 use redis::ScriptInvocation;
 
-use crate::protocol::{self as wire, Call, Fencing, LockKeys, Request};
+use crate::protocol::{self, Call, Fencing, LockKeys, Request};
+pub use crate::protocol::{SLOTS, key_slot};
 use crate::timing;
 
 /// Holds renewed per script call by the watchdog: a node with `n` holds
@@ -39,12 +44,12 @@ fn script<R>(call: Call<R>) -> ScriptInvocation<'static> {
 
 /// The hash field of a hold: `<client-uuid>:<owner>`.
 pub fn field(client_id: &str, owner: &str) -> String {
-    wire::field(client_id, owner).to_string()
+    protocol::field(client_id, owner).to_string()
 }
 
 /// A fresh id for a hold (a request id), made as the crate makes them.
 pub fn new_hold_id() -> String {
-    wire::new_request_id().to_string()
+    protocol::new_request_id().to_string()
 }
 
 /// The channel unlock messages of lock `name` are published on.
@@ -92,15 +97,15 @@ pub enum AcquireReply {
 
 impl redis::FromRedisValue for AcquireReply {
     fn from_redis_value(reply: redis::Value) -> Result<Self, redis::ParsingError> {
-        Ok(match wire::parse_acquired(reply)? {
-            wire::Acquired::Granted(grant) => AcquireReply::Granted {
+        Ok(match protocol::parse_acquired(reply)? {
+            protocol::Acquired::Granted(grant) => AcquireReply::Granted {
                 ttl: grant.ttl,
                 count: grant.count,
                 token: grant.token,
             },
-            wire::Acquired::Taken(ttl) => AcquireReply::Taken(ttl),
-            wire::Acquired::Cancelled => AcquireReply::Cancelled,
-            wire::Acquired::UpgradeRefused => AcquireReply::UpgradeRefused,
+            protocol::Acquired::Taken(ttl) => AcquireReply::Taken(ttl),
+            protocol::Acquired::Cancelled => AcquireReply::Cancelled,
+            protocol::Acquired::UpgradeRefused => AcquireReply::UpgradeRefused,
         })
     }
 }
@@ -115,7 +120,13 @@ pub fn acquire(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Off))
+    script(protocol::acquire(
+        &keys,
+        field,
+        lease,
+        hold_id,
+        Fencing::Off,
+    ))
 }
 
 /// The fenced acquire of a single-node lock (Redisson's fenced lock: the
@@ -127,7 +138,13 @@ pub fn acquire_fenced(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Single))
+    script(protocol::acquire(
+        &keys,
+        field,
+        lease,
+        hold_id,
+        Fencing::Single,
+    ))
 }
 
 /// The acquire of one part of a fenced multi-node lock: the counter is
@@ -140,14 +157,20 @@ pub fn acquire_quorum_fenced(
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::acquire(&keys, field, lease, hold_id, Fencing::Quorum))
+    script(protocol::acquire(
+        &keys,
+        field,
+        lease,
+        hold_id,
+        Fencing::Quorum,
+    ))
 }
 
 /// The extend script call: `field`'s hold of `name` (not a read lock's)
 /// lives at least `lease` from now. Reply: the TTL after, or -1 when
 /// `field` does not hold it.
 pub fn extend(name: &str, field: &str, lease: Duration) -> ScriptInvocation<'static> {
-    script(wire::extend(&LockKeys::new(name), field, lease, false))
+    script(protocol::extend(&LockKeys::new(name), field, lease, false))
 }
 
 /// The release script call of hold `hold_id`. Reply: nil (not held), 0
@@ -164,20 +187,20 @@ pub fn release(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'stat
 /// Reply as [`release`].
 ///
 /// ```no_run
-/// use multilock::testkit::protocol;
+/// use multilock::wire;
 ///
 /// # async fn demo(conn: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<()> {
 /// // conn: a redis-rs cluster connection, say
-/// let field = protocol::field("6f1c0e9a-client", "worker-1");
-/// let released: Option<i64> = protocol::release_sharded("orders:42", &field, "hold-1")
+/// let field = wire::field("6f1c0e9a-client", "worker-1");
+/// let released: Option<i64> = wire::release_sharded("orders:42", &field, "hold-1")
 ///     .invoke_async(conn)
 ///     .await?;
 /// # Ok(()) }
 /// ```
 pub fn release_sharded(name: &str, field: &str, hold_id: &str) -> ScriptInvocation<'static> {
     let sharded = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let keys = LockKeys::new(name).with_publish(wire::Publish::shared(sharded));
-    script(wire::release(
+    let keys = LockKeys::new(name).with_publish(protocol::Publish::shared(sharded));
+    script(protocol::release(
         &keys,
         field,
         &keys.unlock_latch(hold_id),
@@ -195,7 +218,7 @@ pub fn release_deleting(
     spent: impl IntoIterator<Item = String>,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::release(
+    script(protocol::release(
         &keys,
         field,
         &keys.unlock_latch(hold_id),
@@ -212,7 +235,7 @@ pub fn read_acquire(
     lease: Duration,
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
-    script(wire::rw::read_acquire(
+    script(protocol::rw::read_acquire(
         &LockKeys::new(name),
         field,
         lease,
@@ -232,7 +255,7 @@ pub fn read_release_deleting(
     spent: impl IntoIterator<Item = String>,
 ) -> ScriptInvocation<'static> {
     let keys = LockKeys::new(name);
-    script(wire::rw::read_release(
+    script(protocol::rw::read_release(
         &keys,
         field,
         &keys.unlock_latch(hold_id),
@@ -251,7 +274,7 @@ pub fn rollback(
     hold_id: &str,
     known_holds: u64,
 ) -> ScriptInvocation<'static> {
-    script(wire::rollback(
+    script(protocol::rollback(
         &LockKeys::new(name),
         field,
         hold_id,
@@ -266,7 +289,10 @@ pub fn rollback(
 /// the latched result, a rollback undoes nothing, the acquire is refused).
 /// Reply: 1.
 pub fn bury(name: &str, hold_id: &str, ttl: Duration) -> ScriptInvocation<'static> {
-    script(wire::bury(&LockKeys::new(name).unlock_latch(hold_id), ttl))
+    script(protocol::bury(
+        &LockKeys::new(name).unlock_latch(hold_id),
+        ttl,
+    ))
 }
 
 /// The batched renewal script call, for `(lock key, field, read hold?)`
@@ -275,12 +301,12 @@ pub fn renew_batch<'a>(
     holds: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
     lease: Duration,
 ) -> ScriptInvocation<'static> {
-    script(wire::renew_batch(holds, lease))
+    script(protocol::renew_batch(holds, lease))
 }
 
 /// The force-unlock script call. Reply: 1 when the key existed.
 pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
-    script(wire::force_unlock(&LockKeys::new(name)))
+    script(protocol::force_unlock(&LockKeys::new(name)))
 }
 
 /// The fencing counter raise of a settled token (a missing counter is
@@ -288,10 +314,10 @@ pub fn force_unlock(name: &str) -> ScriptInvocation<'static> {
 /// with no expiry. Reply: `[before (-1: missing), after, vouched before
 /// (1/0)]`.
 pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
-    script(wire::raise_token(
+    script(protocol::raise_token(
         &LockKeys::new(name),
         minimum,
-        wire::Missing::Seed,
+        protocol::Missing::Seed,
         None,
     ))
 }
@@ -301,20 +327,25 @@ pub fn raise_token(name: &str, minimum: u64) -> ScriptInvocation<'static> {
 /// is `mark`. Reply: as [`raise_token`]'s, or `[-2, 0, 0]` (nothing
 /// written) under another mark.
 pub fn repair_token(name: &str, value: u64, mark: &str) -> ScriptInvocation<'static> {
-    script(wire::repair_token(&LockKeys::new(name), value, None, mark))
+    script(protocol::repair_token(
+        &LockKeys::new(name),
+        value,
+        None,
+        mark,
+    ))
 }
 
 /// The mark of the data on the server that holds lock `name`'s fencing
 /// counter: `<run_id>:<master_replid>`, as a repair reads it before its
 /// witnesses.
 pub fn server_mark(name: &str) -> ScriptInvocation<'static> {
-    script(wire::server_mark(&LockKeys::new(name)))
+    script(protocol::server_mark(&LockKeys::new(name)))
 }
 
 /// The scripts the crate sends, as `(name, Lua source, SHA1 it sends by
 /// EVALSHA)`, so tests can check them against `SCRIPT LOAD`.
 pub fn scripts() -> Vec<(&'static str, &'static str, String)> {
-    wire::all_scripts()
+    protocol::all_scripts()
         .iter()
         .map(|(name, source, script)| (*name, *source, script.get_hash().to_owned()))
         .collect()

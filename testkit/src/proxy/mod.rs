@@ -44,7 +44,7 @@ pub use delay_line::Delay;
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::{RedisProcess, TcpProxy};
+/// use multilock_testkit::{RedisProcess, TcpProxy};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let server = RedisProcess::start().await?;
@@ -57,7 +57,7 @@ pub use delay_line::Delay;
 /// One client partitioned from a node that another client still reaches:
 ///
 /// ```no_run
-/// use multilock::testkit::{Direction, RedisProcess, TcpProxy};
+/// use multilock_testkit::{Direction, RedisProcess, TcpProxy};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let server = RedisProcess::start().await?;
@@ -81,7 +81,7 @@ pub struct TcpProxy {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use multilock::testkit::{Delay, Direction, TcpProxy};
+/// use multilock_testkit::{Delay, Direction, TcpProxy};
 ///
 /// # fn demo(proxy: &TcpProxy) {
 /// proxy.set_delay(Direction::ToServer, Delay::fixed(Duration::from_micros(500)));
@@ -116,7 +116,7 @@ impl Direction {
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::TcpProxy;
+/// use multilock_testkit::TcpProxy;
 ///
 /// # fn demo(proxy: &TcpProxy) {
 /// if let Some(newest) = proxy.connections().iter().map(|c| c.id()).max() {
@@ -140,7 +140,7 @@ impl fmt::Display for ConnectionId {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use multilock::testkit::TcpProxy;
+/// use multilock_testkit::TcpProxy;
 ///
 /// # fn demo(proxy: &TcpProxy) {
 /// for conn in proxy.connections() {
@@ -163,7 +163,7 @@ impl ProxyConnection {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let ids: Vec<_> = proxy.connections().iter().map(|c| c.id()).collect();
     /// # }
     /// ```
@@ -176,7 +176,7 @@ impl ProxyConnection {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let ports: Vec<u16> = proxy.connections().iter().map(|c| c.peer().port()).collect();
     /// # }
     /// ```
@@ -189,7 +189,7 @@ impl ProxyConnection {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let oldest = proxy.connections().iter().map(|c| c.opened()).min();
     /// # }
     /// ```
@@ -213,7 +213,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// use multilock::testkit::{RedisProcess, TcpProxy};
+    /// use multilock_testkit::{RedisProcess, TcpProxy};
     ///
     /// # async fn demo() -> std::io::Result<()> {
     /// let server = RedisProcess::start().await?;
@@ -238,7 +238,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let node = multilock::Node::new(&proxy.url()).unwrap();
     /// # }
     /// ```
@@ -251,7 +251,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let addr = std::net::SocketAddr::from(([127, 0, 0, 1], proxy.port()));
     /// # }
     /// ```
@@ -265,7 +265,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// proxy.drop_connections(); // a NAT forgot them
     /// # }
     /// ```
@@ -279,7 +279,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// proxy.black_hole(); // the route is gone
     /// # }
     /// ```
@@ -298,7 +298,7 @@ impl TcpProxy {
     /// ```no_run
     /// use std::net::{IpAddr, Ipv4Addr};
     ///
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// proxy.black_hole_peer(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 12)));
     /// proxy.restore();
     /// # }
@@ -316,7 +316,7 @@ impl TcpProxy {
     /// ```no_run
     /// use std::net::{IpAddr, Ipv4Addr};
     ///
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let peer = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 12));
     /// proxy.black_hole_peer(peer);
     /// proxy.restore_peer(peer);
@@ -334,7 +334,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// proxy.black_hole();
     /// proxy.restore(); // new connections work again
     /// # }
@@ -354,7 +354,7 @@ impl TcpProxy {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use multilock::testkit::{Delay, Direction, TcpProxy};
+    /// use multilock_testkit::{Delay, Direction, TcpProxy};
     ///
     /// # fn demo(proxy: &TcpProxy) {
     /// // A 1 ms round trip.
@@ -376,7 +376,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// use multilock::testkit::{Direction, TcpProxy};
+    /// use multilock_testkit::{Direction, TcpProxy};
     ///
     /// # fn demo(proxy: &TcpProxy) {
     /// proxy.black_hole_direction(Direction::ToClient); // applied, unanswered
@@ -395,7 +395,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// assert_eq!(proxy.connections().len(), 1);
     /// # }
     /// ```
@@ -411,7 +411,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let first = proxy.connections()[0].id();
     /// assert!(proxy.cut(first));
     /// # }
@@ -426,7 +426,7 @@ impl TcpProxy {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn demo(proxy: &multilock::testkit::TcpProxy) {
+    /// # fn demo(proxy: &multilock_testkit::TcpProxy) {
     /// let cut = proxy.cut_all(); // a server restart, as clients see it
     /// # }
     /// ```

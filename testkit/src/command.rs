@@ -58,8 +58,8 @@ pub(crate) async fn wait_until_ready(url: &str, limit: Duration) -> io::Result<(
 /// Whether a server is a primary or a replica.
 ///
 /// ```no_run
-/// # async fn f(c: &multilock::testkit::RedisCluster) -> std::io::Result<()> {
-/// assert_eq!(c.nodes()[0].role().await?, multilock::testkit::Role::Primary);
+/// # async fn f(c: &multilock_testkit::RedisCluster) -> std::io::Result<()> {
+/// assert_eq!(c.nodes()[0].role().await?, multilock_testkit::Role::Primary);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -75,7 +75,7 @@ pub trait ReplicaBackend: TestServer + Sync {
 /// # Examples
 ///
 /// ```no_run
-/// use multilock::testkit::{RedisProcess, ReplicatedPair, TestServer};
+/// use multilock_testkit::{RedisProcess, ReplicatedPair, TestServer};
 ///
 /// # async fn demo() -> std::io::Result<()> {
 /// let mut pair = ReplicatedPair::<RedisProcess>::start().await?; // link up, acks flowing

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 
-use crate::testkit::{PollLimit, redisson_fair};
+use crate::{PollLimit, redisson_fair};
 
 /// A lock's key found on a node at the end of a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
