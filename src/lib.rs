@@ -11,6 +11,7 @@ mod error;
 mod fencing;
 mod finish_on_drop;
 mod guard;
+pub mod guide;
 mod metrics;
 mod node;
 mod owner;
