@@ -1,5 +1,7 @@
 //! A kit for tests against real Redis servers, for `multilock` and for the
-//! failover tests of the services that use it.
+//! failover tests of the services that use it (its README, with a failover
+//! test to copy, is below the API: [`readme`]).
+//!
 //! Two backends with one API, [`TestServer`]: [`RedisProcess`] runs
 //! `redis-server` processes on free loopback ports, and [`containers`] runs
 //! Docker containers, driven through the bollard client that testcontainers
@@ -33,6 +35,11 @@
 //! server.restart().await?; // same port, empty
 //! # Ok(()) }
 //! ```
+
+/// The crate's README: what is in the kit, its settings, and a failover test
+/// to copy (compiled and run as a doctest).
+#[doc = include_str!("../README.md")]
+pub mod readme {}
 
 mod any;
 mod cluster;
