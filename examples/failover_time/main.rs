@@ -455,23 +455,9 @@ impl Waiter {
 }
 
 /// Waits until `replicas` replicas of the primary at `url` have its writes
-/// so far (the hold of `name` among them): a write of the name's slot,
-/// then `WAIT` on the same connection.
+/// so far (the hold of `name` among them).
 async fn replicated(url: &str, name: &str, replicas: u64) -> Res<()> {
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let client = redis::Client::open(url)?;
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    let (acknowledged,): (u64,) = redis::pipe()
-        .cmd("INCR")
-        .arg(format!("{{{name}}}:replicated"))
-        .ignore()
-        .cmd("WAIT")
-        .arg(replicas)
-        .arg(5000)
-        .query_async(&mut conn)
-        .await?;
+    let acknowledged = multilock_testkit::wait_replicated(url, name, replicas).await?;
     match acknowledged >= replicas {
         true => Ok(()),
         false => Err(format!("{acknowledged} of {replicas} replicas have the hold").into()),

@@ -77,7 +77,7 @@ pub use history::{
 pub use poll::{PollLimit, poll_until};
 pub use process::RedisProcess;
 pub use proxy::{ConnectionId, Delay, Direction, ProxyConnection, TcpProxy};
-pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks};
+pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks, wait_replicated};
 pub use sentinel::{GroupMember, SentinelGroup, SentinelNode};
 
 /// A Redis server under test, with the faults a test can inject.

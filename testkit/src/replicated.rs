@@ -333,6 +333,40 @@ pub async fn wait_replica_acks(url: &str, limit: Duration) -> io::Result<()> {
     }
 }
 
+/// Waits until `replicas` replicas of the primary at `url` have every write
+/// it took so far (the holds of lock `name` among them), for at most 5 s,
+/// and returns how many acknowledged: a write in the name's hash slot, then
+/// `WAIT` on the same connection (a connection that wrote nothing would not
+/// wait; on a cluster node the slot must be the node's own).
+///
+/// # Errors
+///
+/// When the primary cannot be reached or refuses.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it writes one key, `{name}:replicated`, and waits.
+pub async fn wait_replicated(url: &str, name: &str, replicas: u64) -> io::Result<u64> {
+    // No response timeout: `WAIT` answers within its own 5 s.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = redis::Client::open(url)
+        .map_err(io::Error::other)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(io::Error::other)?;
+    let (acknowledged,): (u64,) = redis::pipe()
+        .cmd("INCR")
+        .arg(format!("{{{name}}}:replicated"))
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .map_err(io::Error::other)?;
+    Ok(acknowledged)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use multilock::{Client, Guard, Lock, Node};
 use tokio::task::JoinHandle;
 
 use crate::common::*;
-use multilock_testkit::TestServer;
+use multilock_testkit::{TestServer, wait_replicated};
 
 /// Runs of each scenario, in a row.
 const ROUNDS: usize = 10;
@@ -184,28 +184,10 @@ impl Scene {
     }
 }
 
-/// Waits until `replicas` replicas of the primary at `url` have every
-/// write it took so far (the holds of `name` among them): a write of the
-/// name's slot, then `WAIT` on the same connection (a connection that
-/// wrote nothing would not wait).
+/// Asserts that `replicas` replicas of the primary at `url` have every
+/// write it took so far (the holds of `name` among them).
 async fn replicated(url: &str, name: &str, replicas: u64) {
-    // No response timeout: `WAIT` answers within its own 5 s.
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let mut conn = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap();
-    let (acknowledged,): (u64,) = redis::pipe()
-        .cmd("INCR")
-        .arg(format!("{{{name}}}:replicated"))
-        .ignore()
-        .cmd("WAIT")
-        .arg(replicas)
-        .arg(5000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let acknowledged = wait_replicated(url, name, replicas).await.unwrap();
     assert_eq!(acknowledged, replicas, "the holds reached the replicas");
 }
 
