@@ -42,8 +42,8 @@ pub(crate) use slots::key_slot;
 use slots::{SLOTS, SlotRange, split_addr};
 use vote::{Ballot, Voters};
 
+use super::identity::ServerIdentity;
 use super::poller::Poller;
-use super::pool::ServerIdentity;
 use super::{Node, ShardSettings};
 use crate::error::{Error, Result, Unavailable};
 
