@@ -310,7 +310,10 @@ impl NodeBuilder {
                     "username, password, database and tls are a Sentinel node's settings: a Cluster node takes them from its seed URLs",
                 ));
             }
-            return source.target(settings.clone());
+            let (name, map) = source.map(settings.clone(), |addr, shard, server, settings| {
+                Node::assemble(addr, target::Target::Shard(shard), server, settings)
+            })?;
+            return Ok((name, target::Target::Cluster(map)));
         }
         #[cfg(feature = "sentinel")]
         if let Some(source) = &self.sentinel {
@@ -319,7 +322,8 @@ impl NodeBuilder {
                     "username, password, database and tls are a Sentinel node's settings: a URL node takes them from its URL",
                 ));
             }
-            return source.target(settings);
+            let (name, primary) = source.primary(settings)?;
+            return Ok((name, target::Target::Sentinel(primary)));
         }
         let info = connection_info(&self.url)?;
         let root_cert = settings.tls_root_cert.as_deref();
