@@ -22,6 +22,7 @@ cd "$(dirname "$0")/../src"
 # The allowed 2-file circles: "a.rs b.rs  reason" (paths under src/, in
 # either order). A pair is allowed only where the two files are one concern.
 allowed='
+fencing/book/mod.rs fencing/repair.rs  the counters awaiting repair: the book is their ledger and starts the tasks, repair.rs the tasks that work it off and write back
 '
 
 find . -name '*.rs' ! -path './testkit/*' | sed 's#^\./##' | sort |
