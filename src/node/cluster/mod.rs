@@ -131,6 +131,15 @@ pub(crate) struct ShardTarget {
 }
 
 impl ShardTarget {
+    /// A shard of no map, for tests of the target alone.
+    #[cfg(test)]
+    pub(crate) fn detached(client: redis::Client) -> ShardTarget {
+        ShardTarget {
+            client,
+            map: Weak::new(),
+        }
+    }
+
     /// The map of the cluster this shard is part of, while it is used.
     pub(crate) fn map(&self) -> Option<Arc<ClusterMap>> {
         self.map.upgrade()
@@ -625,34 +634,5 @@ impl super::NodeBuilder {
             cluster.sharded = mode;
         }
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::{Error, Unavailable};
-
-    /// A shard's server that answers `ROLE` as a replica (the slot map
-    /// named a demoted primary) is a slot changing hands, which a waiting
-    /// acquire asks again after a pause: not a Sentinel group without a
-    /// primary.
-    #[test]
-    fn a_demoted_shard_reads_as_no_shard() {
-        let target = super::super::target::Target::Shard(Arc::new(ShardTarget {
-            client: redis::Client::open("redis://127.0.0.1:1").unwrap(),
-            map: Weak::new(),
-        }));
-        let err = Error::from_redis("127.0.0.1:1", target.not_a_primary());
-        assert!(
-            matches!(
-                err,
-                Error::NodeUnavailable {
-                    reason: Unavailable::NoShard,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
     }
 }
