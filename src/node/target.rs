@@ -7,6 +7,10 @@
 //! Sentinel target bumps it when its primary changes, and a connection of
 //! an older epoch is unusable from that moment on. A single server's epoch
 //! never changes, and checking it is one match, no atomic.
+//!
+//! The dispatcher sits above the topologies: it names their types, they
+//! never name it (arrows one way). The builder wraps what a topology hands
+//! it, and gives a Cluster map the function that makes its shards' nodes.
 
 use std::sync::Arc;
 
