@@ -11,6 +11,10 @@
 //! ([`rules::repair_value`]), retrying until done: it does not wait for a
 //! grant to stumble on the missing counter, and it does not stop at a
 //! quorum.
+//!
+//! This file and [`super::book`] import each other, and are allowed to
+//! (`.ci/module-graph.sh`): one concern, the counters awaiting repair,
+//! whose ledger is the book and whose hands are these tasks.
 
 use std::sync::Arc;
 use std::time::Duration;

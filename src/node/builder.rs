@@ -15,7 +15,8 @@ use super::cluster;
 use super::sentinel;
 use super::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node,
-    NodeInner, addr_of, connection_info, health, pool, redact_url, subscriber, target,
+    NodeInner, ServerIdentity, addr_of, connection_info, health, pool, redact_url, subscriber,
+    target,
 };
 use crate::error::{Error, Result};
 
@@ -196,7 +197,7 @@ impl NodeBuilder {
         let server = match &target {
             #[cfg(feature = "cluster")]
             target::Target::Cluster(map) => map.identity(),
-            _ => Arc::new(pool::ServerIdentity::new(addr.clone())),
+            _ => Arc::new(ServerIdentity::new(addr.clone())),
         };
         Ok(Node::assemble(addr, target, server, &settings))
     }
@@ -245,7 +246,7 @@ impl Node {
     pub(super) fn assemble(
         addr: String,
         target: target::Target,
-        server: Arc<pool::ServerIdentity>,
+        server: Arc<ServerIdentity>,
         settings: &ShardSettings,
     ) -> Node {
         let factory = pool::ConnectionFactory {
@@ -309,7 +310,10 @@ impl NodeBuilder {
                     "username, password, database and tls are a Sentinel node's settings: a Cluster node takes them from its seed URLs",
                 ));
             }
-            return source.target(settings.clone());
+            let (name, map) = source.map(settings.clone(), |addr, shard, server, settings| {
+                Node::assemble(addr, target::Target::Shard(shard), server, settings)
+            })?;
+            return Ok((name, target::Target::Cluster(map)));
         }
         #[cfg(feature = "sentinel")]
         if let Some(source) = &self.sentinel {
@@ -318,7 +322,8 @@ impl NodeBuilder {
                     "username, password, database and tls are a Sentinel node's settings: a URL node takes them from its URL",
                 ));
             }
-            return source.target(settings);
+            let (name, primary) = source.primary(settings)?;
+            return Ok((name, target::Target::Sentinel(primary)));
         }
         let info = connection_info(&self.url)?;
         let root_cert = settings.tls_root_cert.as_deref();

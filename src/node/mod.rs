@@ -7,6 +7,7 @@ mod builder;
 mod cluster;
 mod conn;
 mod health;
+mod identity;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod poller;
 mod pool;
@@ -31,7 +32,7 @@ pub(crate) use builder::ShardSettings;
 pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
-pub(crate) use pool::ServerIdentity;
+pub(crate) use identity::ServerIdentity;
 pub(crate) use retry::RetryPause;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
 
@@ -96,7 +97,7 @@ impl WeakNode {
 struct NodeInner {
     id: u64,
     addr: String,
-    server: Arc<pool::ServerIdentity>,
+    server: Arc<ServerIdentity>,
     health: Arc<health::HealthState>,
     pool: pool::Pool,
     /// The connections requests share (see [`Node::checkout`]): pooled

@@ -379,11 +379,12 @@ impl std::fmt::Debug for SentinelSource {
 }
 
 impl SentinelSource {
-    /// Validates the settings; the node's name and target.
-    pub(crate) fn target(
+    /// Validates the settings; the node's name and the primary its
+    /// connections go to (the builder makes it the node's target).
+    pub(crate) fn primary(
         &self,
         node: &super::ShardSettings,
-    ) -> crate::Result<(String, super::target::Target)> {
+    ) -> crate::Result<(String, Arc<SentinelPrimary>)> {
         use crate::Error;
         if self.master.is_empty() {
             return Err(Error::invalid("the Sentinel master name must not be empty"));
@@ -425,7 +426,7 @@ impl SentinelSource {
         })
         .map_err(|_| Error::invalid("a sentinel URL is not usable"))?;
         let name = primary.node.clone();
-        Ok((name, super::target::Target::Sentinel(Arc::new(primary))))
+        Ok((name, Arc::new(primary)))
     }
 }
 

@@ -7,6 +7,10 @@
 //! Sentinel target bumps it when its primary changes, and a connection of
 //! an older epoch is unusable from that moment on. A single server's epoch
 //! never changes, and checking it is one match, no atomic.
+//!
+//! The dispatcher sits above the topologies: it names their types, they
+//! never name it (arrows one way). The builder wraps what a topology hands
+//! it, and gives a Cluster map the function that makes its shards' nodes.
 
 use std::sync::Arc;
 
@@ -139,5 +143,34 @@ pub(crate) async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiv
     };
     if !changed {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(all(test, feature = "cluster"))]
+mod tests {
+    use super::*;
+    use crate::error::{Error, Unavailable};
+
+    /// A shard's server that answers `ROLE` as a replica (the slot map
+    /// named a demoted primary) is a slot changing hands, which a waiting
+    /// acquire asks again after a pause: not a Sentinel group without a
+    /// primary.
+    #[test]
+    fn a_demoted_shard_reads_as_no_shard() {
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let target = Target::Shard(Arc::new(super::super::cluster::ShardTarget::detached(
+            client,
+        )));
+        let err = Error::from_redis("127.0.0.1:1", target.not_a_primary());
+        assert!(
+            matches!(
+                err,
+                Error::NodeUnavailable {
+                    reason: Unavailable::NoShard,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }

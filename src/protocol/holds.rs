@@ -180,7 +180,7 @@ pub(crate) fn parse_acquired(reply: Value) -> Result<Acquired, ParsingError> {
             token: None,
         }),
         Value::Int(CANCELLED) => Acquired::Cancelled,
-        Value::Int(super::rw::UPGRADE_REFUSED) => Acquired::UpgradeRefused,
+        Value::Int(super::UPGRADE_REFUSED) => Acquired::UpgradeRefused,
         Value::Int(pttl) => Acquired::Taken(ttl_from_pttl(pttl)),
         reply => match Vec::<i64>::from_redis_value(reply)?.as_slice() {
             [ttl, count, token] => Acquired::Granted(Grant {

@@ -212,6 +212,11 @@ fn prefixed_with_room(prefix: &str, name: &str, room: usize) -> String {
     key
 }
 
+/// The write acquire's reply when a read holder asks for the write lock
+/// ([`Acquired::UpgradeRefused`]). Here, beside the reply it reads as: the
+/// read-write scripts send it and the one acquire parser reads it.
+pub(crate) const UPGRADE_REFUSED: i64 = -4;
+
 /// What an acquire request found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquired {

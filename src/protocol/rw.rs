@@ -37,9 +37,6 @@ pub(crate) const WRITE_UNLOCK_MESSAGE: &str = "1";
 /// How long a release's result stays in its latch (as the reentrant lock's).
 const UNLOCK_LATCH_TTL_MS: u64 = 10_000;
 
-/// The acquire's reply when a read holder asks for the write lock.
-pub(crate) const UPGRADE_REFUSED: i64 = -4;
-
 /// The writer's field of the reader field `field`.
 pub(crate) fn write_field(field: &str) -> String {
     let mut write = String::with_capacity(field.len() + 6);

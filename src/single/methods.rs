@@ -1,6 +1,7 @@
 //! The public acquire methods of the single-node lock: wait until granted,
-//! try once, try within a wait, and run work under the lock. How an acquire
-//! runs is in [`super::acquire`].
+//! try once, try within a wait. How an acquire runs is in
+//! [`super::acquire`]; running work under the lock is [`crate::scoped`]'s,
+//! above the lock kinds.
 
 use std::time::Duration;
 
@@ -149,102 +150,5 @@ impl Lock {
             check_lease(lease)?;
         }
         self.acquire(Some(wait), lease).await
-    }
-
-    /// Acquires (as [`Lock::lock`]: waiting as long as it takes, renewed by
-    /// the watchdog), runs `work` with the fencing token (`None` unless the
-    /// lock is fenced), releases, and returns what `work` returned.
-    ///
-    /// `work` is the hold's scope and runs as its owner: an acquire made
-    /// inside it through a handle without an owner of its own re-enters
-    /// the hold (code the critical section calls may lock again); a future
-    /// beside it, in the same task, does not, and waits. Acquires inside
-    /// `work` take each lock in turns: two joined inside it are siblings,
-    /// not nested in each other, so the second waits until the first's
-    /// guard is gone (see [`Owner`](crate::Owner)).
-    ///
-    /// If the lock can no longer be proven held before `work` finishes (the
-    /// guard's [`lost()`](crate::Guard::lost) fires), `work` is dropped and
-    /// the call returns [`Error::LockLost`](crate::Error::LockLost). Dropped
-    /// means what dropping any future means: it stops at the await point it
-    /// was waiting at and never resumes, and what it already did stays done.
-    /// A request it had sent may still be applied, and a task it spawned
-    /// goes on. So pass the fencing token with every write the lock
-    /// protects, and let the resource refuse a token lower than one it has
-    /// seen.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let total = lock
-    ///     .run_locked(|token| async move {
-    ///         // ... read, compute, write with `token` ...
-    ///         42
-    ///     })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`]; [`Error::LockLost`](crate::Error::LockLost) as
-    /// above; and the release's error, if the release fails after `work`
-    /// finished ([`Error::NotHeld`](crate::Error::NotHeld) when the lock ran
-    /// out just as it ended: then `work` cannot be known to have run under
-    /// the lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the
-    /// background.
-    pub async fn run_locked<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(Option<u64>) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        crate::scoped::run_locked(self.lock(), self.name(), [self.scope_id()], work).await
-    }
-
-    /// [`Lock::run_locked`] with a bounded wait, the call a service makes:
-    /// acquires with [`Lock::try_lock_for`]`(wait, lease)`, runs `work` with
-    /// the fencing token, releases, and returns `Some` of what `work`
-    /// returned; `Ok(None)` when the lock was not granted within `wait`,
-    /// and then `work` did not run.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    ///
-    /// # async fn demo(lock: multilock::Lock) -> multilock::Result<()> {
-    /// let wait = Duration::from_secs(2);
-    /// match lock.run_locked_for(wait, None, |token| async move { 42 }).await? {
-    ///     Some(total) => println!("computed {total} under the lock"),
-    ///     None => println!("busy: try again later"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock_for`], and as [`Lock::run_locked`] once granted.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::run_locked`]: dropping the future drops `work` and
-    /// releases the lock, or settles the acquire, in the background.
-    pub async fn run_locked_for<F, Fut, T>(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-        work: F,
-    ) -> Result<Option<T>>
-    where
-        F: FnOnce(Option<u64>) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let acquire = self.try_lock_for(wait, lease);
-        crate::scoped::run_locked_for(acquire, self.name(), [self.scope_id()], work).await
     }
 }

@@ -18,6 +18,11 @@
 //! for. It costs the eager repair of that name's counters after a restart
 //! (the name's next grant repairs them instead), and with it the proof
 //! of that grant's token (see `crate::fencing`'s design notes).
+//!
+//! The book and [`super::repair`] import each other, and are allowed to
+//! (`.ci/module-graph.sh`): one concern, the counters awaiting repair. The
+//! book starts the repair and watch tasks of a node; they work off its
+//! unrepaired entries and write back what they repaired.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

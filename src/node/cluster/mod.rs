@@ -42,8 +42,8 @@ pub(crate) use slots::key_slot;
 use slots::{SLOTS, SlotRange, split_addr};
 use vote::{Ballot, Voters};
 
+use super::identity::ServerIdentity;
 use super::poller::Poller;
-use super::pool::ServerIdentity;
 use super::{Node, ShardSettings};
 use crate::error::{Error, Result, Unavailable};
 
@@ -78,6 +78,7 @@ pub(crate) struct ClusterMap {
     template: ConnectionInfo,
     tls: bool,
     settings: ShardSettings,
+    shard_node: ShardNode,
     view: RwLock<View>,
     /// One refresh at a time; `refreshes` counts those done, so a caller
     /// that waited for another's takes its result.
@@ -115,6 +116,13 @@ struct Shard {
     node: Node,
 }
 
+/// Makes the node of a new shard: its address, its target, its identity,
+/// the settings. Given by the builder, which knows how a target becomes a
+/// node's connections; the map then never names the connector's dispatcher
+/// (`target`), which names the map.
+pub(crate) type ShardNode =
+    fn(String, Arc<ShardTarget>, Arc<ServerIdentity>, &ShardSettings) -> Node;
+
 /// What a shard's connections go to, and the map to tell when they find
 /// it moved.
 pub(crate) struct ShardTarget {
@@ -123,6 +131,15 @@ pub(crate) struct ShardTarget {
 }
 
 impl ShardTarget {
+    /// A shard of no map, for tests of the target alone.
+    #[cfg(test)]
+    pub(crate) fn detached(client: redis::Client) -> ShardTarget {
+        ShardTarget {
+            client,
+            map: Weak::new(),
+        }
+    }
+
     /// The map of the cluster this shard is part of, while it is used.
     pub(crate) fn map(&self) -> Option<Arc<ClusterMap>> {
         self.map.upgrade()
@@ -140,6 +157,7 @@ impl ClusterMap {
         seeds: Vec<ConnectionInfo>,
         mode: ShardedPubSub,
         settings: ShardSettings,
+        shard_node: ShardNode,
     ) -> Arc<ClusterMap> {
         let lowest = seeds.iter().map(super::addr_of).min().unwrap_or_default();
         let name = format!("cluster/{lowest}");
@@ -152,6 +170,7 @@ impl ClusterMap {
             template,
             tls,
             settings,
+            shard_node,
             view: RwLock::new(View::default()),
             refreshing: tokio::sync::Mutex::new(()),
             refreshes: AtomicU64::new(0),
@@ -471,12 +490,12 @@ impl ClusterMap {
         // (a root certificate was checked when the node was built).
         let client = super::open_client(info, self.settings.tls_root_cert.as_deref())
             .expect("a TCP connection info");
-        let target = super::target::Target::Shard(Arc::new(ShardTarget {
+        let target = Arc::new(ShardTarget {
             client,
             map: self.me.clone(),
-        }));
+        });
         let server = Arc::new(ServerIdentity::within(addr.clone(), self.identity.clone()));
-        let node = Node::assemble(addr.clone(), target, server, &self.settings);
+        let node = (self.shard_node)(addr.clone(), target, server, &self.settings);
         view.shards.push(Shard {
             addr,
             id: id.unwrap_or_default().to_owned(),
@@ -535,11 +554,13 @@ impl std::fmt::Debug for ClusterSource {
 }
 
 impl ClusterSource {
-    /// Validates the settings; the node's name and target.
-    pub(crate) fn target(
+    /// Validates the settings; the node's name and its map (the builder
+    /// makes it the node's target). `shard_node` makes a shard's node.
+    pub(crate) fn map(
         &self,
         settings: ShardSettings,
-    ) -> Result<(String, super::target::Target)> {
+        shard_node: ShardNode,
+    ) -> Result<(String, Arc<ClusterMap>)> {
         if self.seed_urls.is_empty() {
             return Err(Error::invalid("a Cluster node needs at least one seed URL"));
         }
@@ -557,8 +578,8 @@ impl ClusterSource {
                 super::redact_url(&self.seed_urls[seed])
             )));
         }
-        let map = ClusterMap::new(seeds, self.sharded, settings);
-        Ok((map.name().to_owned(), super::target::Target::Cluster(map)))
+        let map = ClusterMap::new(seeds, self.sharded, settings, shard_node);
+        Ok((map.name().to_owned(), map))
     }
 }
 
@@ -613,34 +634,5 @@ impl super::NodeBuilder {
             cluster.sharded = mode;
         }
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::{Error, Unavailable};
-
-    /// A shard's server that answers `ROLE` as a replica (the slot map
-    /// named a demoted primary) is a slot changing hands, which a waiting
-    /// acquire asks again after a pause: not a Sentinel group without a
-    /// primary.
-    #[test]
-    fn a_demoted_shard_reads_as_no_shard() {
-        let target = super::super::target::Target::Shard(Arc::new(ShardTarget {
-            client: redis::Client::open("redis://127.0.0.1:1").unwrap(),
-            map: Weak::new(),
-        }));
-        let err = Error::from_redis("127.0.0.1:1", target.not_a_primary());
-        assert!(
-            matches!(
-                err,
-                Error::NodeUnavailable {
-                    reason: Unavailable::NoShard,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
     }
 }
