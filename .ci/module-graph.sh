@@ -9,8 +9,8 @@
 # `use` groups expanded (`crate::{a::b, c::{d, e}}`, over several lines),
 # comments left out. A path goes to the deepest module that has a file
 # (src/a/b.rs or src/a/b/mod.rs, a `#[path]` module where one is declared),
-# else to its parent's; `crate::Name` re-exported by lib.rs goes to the file
-# lib.rs takes it from. Relative paths (`child::Item`, `self::`) are a
+# else to its parent's; `crate::Name` re-exported by lib.rs, and `a::Name`
+# re-exported by module a, go to the file the name comes from. Relative paths (`child::Item`, `self::`) are a
 # module using what it declares beneath it, and are not counted.
 #
 # Prints the edges; fails on any circle (strongly connected component) of
@@ -83,6 +83,7 @@ function resolve(m, path,   n, seg, i, base, k, c, j) {
   for (k = n; k >= i - 1; k--) {
     c = base
     for (j = i; j <= k; j++) c = (c == "" ? seg[j] : c "/" seg[j])
+    if (c in reexp) return reexp[c]
     if (c != "" && (c in modfile)) return modfile[c]
     if (c == "" && (seg[i] in rootitem)) return rootitem[seg[i]]
   }
@@ -139,6 +140,26 @@ END {
     if (list[i] == "") continue
     k = split(list[i], seg, "::"); t = resolve("", list[i])
     if (t != "") rootitem[seg[k]] = t
+  }
+  # The re-exports of every other module (`pub(crate) use child::Name;`):
+  # a path to m::Name goes to the file Name comes from. Twice, for a
+  # re-export of a re-export.
+  for (pass = 1; pass <= 2; pass++) for (n = 1; n <= nfiles; n++) {
+    f = files[n]
+    if (!(f in node)) continue
+    m = modpath_of(f); paths = ""; text = read_code(f)
+    while (match(text, /pub(\([a-z]+\))? use [^;]*;/)) {
+      stmt = substr(text, RSTART, RLENGTH - 1); text = substr(text, RSTART + RLENGTH)
+      sub(/^pub(\([a-z]+\))? use /, "", stmt)
+      gsub(/[ \t]+as[ \t]+[A-Za-z_0-9]+/, "", stmt); gsub(/[ \t]/, "", stmt)
+      expand(stmt)
+    }
+    np = split(paths, list, "\n")
+    for (i = 1; i <= np; i++) {
+      if (list[i] == "" || list[i] ~ /\*$/) continue
+      k = split(list[i], seg, "::"); t = resolve(m, list[i])
+      if (t != "" && t != f) reexp[m "/" seg[k]] = t
+    }
   }
   # The edges.
   for (n = 1; n <= nfiles; n++) {

@@ -13,6 +13,7 @@ use deadpool_redis::{Runtime, Timeouts};
 use super::cluster;
 #[cfg(feature = "sentinel")]
 use super::sentinel;
+use super::settings::ShardSettings;
 use super::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, Node,
     NodeInner, ServerIdentity, addr_of, connection_info, health, pool, redact_url, subscriber,
@@ -201,18 +202,6 @@ impl NodeBuilder {
         };
         Ok(Node::assemble(addr, target, server, &settings))
     }
-}
-
-/// The settings a node is built with, kept by a Cluster node to build its
-/// shards' nodes alike.
-#[derive(Debug, Clone)]
-pub(crate) struct ShardSettings {
-    pub(super) pool_size: usize,
-    pub(super) shared_connections: usize,
-    pub(super) connect_timeout: Duration,
-    pub(super) response_timeout: Duration,
-    pub(super) keepalive: Duration,
-    pub(crate) tls_root_cert: Option<Vec<u8>>,
 }
 
 impl Node {

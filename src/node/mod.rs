@@ -6,6 +6,8 @@ mod builder;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conn;
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
+mod deployments;
 mod health;
 mod identity;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
@@ -14,6 +16,7 @@ mod pool;
 mod retry;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod settings;
 mod subscriber;
 mod target;
 
@@ -26,14 +29,14 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 
 use crate::error::{Error, Result, Unavailable};
 pub use builder::NodeBuilder;
-#[cfg(any(feature = "sentinel", feature = "cluster"))]
-pub(crate) use builder::ShardSettings;
 #[cfg(feature = "cluster")]
 pub use cluster::ShardedPubSub;
 pub(crate) use conn::{Conn, Lane};
 pub use health::Health;
 pub(crate) use identity::ServerIdentity;
 pub(crate) use retry::RetryPause;
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
+pub(crate) use settings::ShardSettings;
 pub(crate) use subscriber::{AfterSubscribing, Subscription};
 
 /// Default number of pooled command connections per node.
@@ -193,6 +196,12 @@ impl Node {
             return since.map_or(Health::Healthy, |since| Health::Suspect { since });
         }
         self.inner.health.health()
+    }
+
+    /// Whether [`Node::health`] is [`Health::Healthy`].
+    #[cfg(feature = "cluster")]
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.health() == Health::Healthy
     }
 
     /// The keys of lock `name` on this node. A Cluster node's releases

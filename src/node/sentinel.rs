@@ -352,12 +352,12 @@ impl redis::aio::AsyncPushSender for SwitchNotice {
 /// A Sentinel node's part of a `NodeBuilder`.
 #[derive(Clone, Default)]
 pub(crate) struct SentinelSource {
-    master: String,
-    sentinel_urls: Vec<String>,
-    username: Option<String>,
-    password: Option<String>,
-    database: i64,
-    tls: bool,
+    pub(super) master: String,
+    pub(super) sentinel_urls: Vec<String>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) database: i64,
+    pub(super) tls: bool,
 }
 
 impl std::fmt::Debug for SentinelSource {
@@ -427,94 +427,6 @@ impl SentinelSource {
         .map_err(|_| Error::invalid("a sentinel URL is not usable"))?;
         let name = primary.node.clone();
         Ok((name, Arc::new(primary)))
-    }
-}
-
-impl super::Node {
-    /// A builder of a node that is the primary the sentinels at
-    /// `sentinel_urls` name for `master_name`, followed across failovers
-    /// (behind the `sentinel` feature). The sentinels' own passwords and
-    /// TLS come from their URLs (`redis://:pw@host:26379`,
-    /// `rediss://...`); the data nodes' from
-    /// [`NodeBuilder::username`](super::NodeBuilder::username), [`NodeBuilder::password`](super::NodeBuilder::password),
-    /// [`NodeBuilder::database`](super::NodeBuilder::database) and [`NodeBuilder::tls`](super::NodeBuilder::tls). The node is named
-    /// `sentinel/<master_name>@<lowest sentinel host:port>` in errors and
-    /// logs (so groups that share a master name are told apart).
-    ///
-    /// The sentinels are asked about once a second; at once, then every
-    /// 100 ms for 10 s, on a sentinel's `+switch-master`, a lost connection
-    /// or a `READONLY` reply; and before every new connection. A majority's
-    /// answer wins. Once a new primary is known, no request goes to the old
-    /// one, and waiters re-subscribe there and re-check. What asynchronous
-    /// replication can still lose is in the README's "Deployments": a
-    /// Sentinel group counts as **one** member of a MultiLock or RedLock.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use multilock::Node;
-    ///
-    /// let node = Node::sentinel(
-    ///     "mymaster",
-    ///     ["redis://127.0.0.1:26380", "redis://127.0.0.1:26379"],
-    /// )
-    /// .password("s3cret")
-    /// .build()?;
-    /// assert_eq!(node.addr(), "sentinel/mymaster@127.0.0.1:26379");
-    /// assert!(!format!("{node:?}").contains("s3cret"));
-    /// # Ok::<(), multilock::Error>(())
-    /// ```
-    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinel_urls: I) -> super::NodeBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let mut builder = super::Node::builder(String::new());
-        builder.sentinel = Some(SentinelSource {
-            master: master_name.into(),
-            sentinel_urls: sentinel_urls.into_iter().map(Into::into).collect(),
-            ..SentinelSource::default()
-        });
-        builder
-    }
-}
-
-/// Settings of a Sentinel node's data nodes ([`Node::sentinel`]).
-///
-/// [`Node::sentinel`]: super::Node::sentinel
-impl super::NodeBuilder {
-    /// The data nodes' ACL user (a Sentinel node; a URL node takes it from
-    /// its URL, and [`NodeBuilder::build`] refuses it here).
-    ///
-    /// [`NodeBuilder::build`]: super::NodeBuilder::build
-    pub fn username(mut self, username: impl Into<String>) -> Self {
-        self.sentinel_source().username = Some(username.into());
-        self
-    }
-
-    /// The data nodes' password (a Sentinel node only, as
-    /// [`NodeBuilder::username`](super::NodeBuilder::username)). It never appears in errors or logs.
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.sentinel_source().password = Some(password.into());
-        self
-    }
-
-    /// The data nodes' database number (a Sentinel node only; default 0).
-    pub fn database(mut self, database: i64) -> Self {
-        self.sentinel_source().database = database;
-        self
-    }
-
-    /// Whether the data nodes are reached over TLS, with certificate checks
-    /// (a Sentinel node only; needs the `tls` feature).
-    pub fn tls(mut self, tls: bool) -> Self {
-        self.sentinel_source().tls = tls;
-        self
-    }
-
-    /// The Sentinel part, made for a URL node too, so `build` can refuse it.
-    fn sentinel_source(&mut self) -> &mut SentinelSource {
-        self.sentinel.get_or_insert_with(SentinelSource::default)
     }
 }
 

@@ -242,7 +242,7 @@ impl ClusterMap {
     pub(crate) fn subscription_points(&self) -> Vec<ConnectionInfo> {
         let view = self.view.read().unwrap();
         let mut known: Vec<&Shard> = view.shards.iter().collect();
-        known.sort_by_key(|s| s.node.health() != super::Health::Healthy);
+        known.sort_by_key(|s| !s.node.is_healthy());
         let points: Vec<ConnectionInfo> = known.iter().map(|s| self.shard_info(&s.addr)).collect();
         match points.is_empty() {
             true => self.seeds.clone(),
@@ -580,59 +580,5 @@ impl ClusterSource {
         }
         let map = ClusterMap::new(seeds, self.sharded, settings, shard_node);
         Ok((map.name().to_owned(), map))
-    }
-}
-
-impl Node {
-    /// A builder of a node that is the Redis Cluster reached through
-    /// `seed_urls` (behind the `cluster` feature). Each lock's requests go
-    /// to the primary of its name's hash slot; `MOVED`, `ASK` (a slot
-    /// migration), `TRYAGAIN`, `CLUSTERDOWN` and `READONLY` (a failover)
-    /// are followed or retried within the response timeout, since they
-    /// prove the request did not run. Passwords and TLS come from the URLs
-    /// (the first seed's serve every shard). The node is named
-    /// `cluster/<lowest seed host:port>` in errors and logs.
-    ///
-    /// A lock name whose braces would put its keys in different slots
-    /// (`a{b`: the hash is `a{b`, its channel `redisson_lock__channel:a{b`)
-    /// is refused when the lock is built, with [`Error::InvalidArgument`]
-    /// rather than `CROSSSLOT` at runtime. A cluster counts as **one** member of a MultiLock or
-    /// RedLock: see the README's "Deployments" for what its asynchronous
-    /// failovers can lose.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use multilock::{Node, ShardedPubSub};
-    ///
-    /// let node = Node::cluster(["redis://:s3cret@127.0.0.1:7001", "redis://:s3cret@127.0.0.1:7000"])
-    ///     .sharded_pubsub(ShardedPubSub::Auto)
-    ///     .build()?;
-    /// assert_eq!(node.addr(), "cluster/127.0.0.1:7000");
-    /// assert!(!format!("{node:?}").contains("s3cret"));
-    /// # Ok::<(), multilock::Error>(())
-    /// ```
-    pub fn cluster<I, S>(seed_urls: I) -> super::NodeBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let mut builder = Node::builder(String::new());
-        builder.cluster = Some(ClusterSource {
-            seed_urls: seed_urls.into_iter().map(Into::into).collect(),
-            sharded: ShardedPubSub::Auto,
-        });
-        builder
-    }
-}
-
-impl super::NodeBuilder {
-    /// Whether a Cluster node uses sharded pub/sub (default
-    /// [`ShardedPubSub::Auto`], as Redisson). Ignored by other nodes.
-    pub fn sharded_pubsub(mut self, mode: ShardedPubSub) -> Self {
-        if let Some(cluster) = self.cluster.as_mut() {
-            cluster.sharded = mode;
-        }
-        self
     }
 }
