@@ -13,6 +13,15 @@
 //!   started by a [`Backend`] (`Backend::Containers.start_many(5)`);
 //!   [`AnyServer`]'s own [`TestServer::start`] reads `MULTILOCK_BACKEND`
 //!   ([`BACKEND_ENV`]: `processes`, the default, or `containers`).
+//! - `MULTILOCK_REDIS_SERVER` ([`SERVER_ENV`]): the server binary of every
+//!   process the kit starts (servers, replicas, sentinels as `<binary>
+//!   <conf> --sentinel`, cluster nodes) instead of `redis-server` from
+//!   `PATH`: Redis 6.2 or later, or Valkey 8 (`.ci/servers.sh` fetches
+//!   both). On 6.2 cluster nodes listen for the bus on port + 10000, and
+//!   [`RedisCluster::start_with_bus_proxies`] fails (no `bind-source-addr`).
+//!   The container backend runs `redis:7` when it can be pulled, else the
+//!   local image, built from `REDIS_SERVER_BIN`, else this binary, else the
+//!   host's `redis-server` ([`containers`]); CI checks it on the last only.
 //! - [`ReplicatedPair`] is a primary with one replica, on any backend, whose
 //!   replication link a test can cut, restore, and fail over.
 //! - [`PollLimit`] and [`poll_until`] wait for a condition with a deadline,
@@ -75,7 +84,7 @@ pub use history::{
     scan_keys, shared_overlaps,
 };
 pub use poll::{PollLimit, poll_until};
-pub use process::RedisProcess;
+pub use process::{RedisProcess, SERVER_ENV};
 pub use proxy::{ConnectionId, Delay, Direction, ProxyConnection, TcpProxy};
 pub use replicated::{ReplicaBackend, ReplicatedPair, wait_replica_acks, wait_replicated};
 pub use sentinel::{GroupMember, SentinelGroup, SentinelNode};

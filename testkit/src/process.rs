@@ -10,9 +10,30 @@ use std::time::Duration;
 
 use super::{PollLimit, TestServer};
 
+/// The variable naming the server binary every server of the kit runs:
+/// plain processes, replicas, sentinels (`<binary> <conf> --sentinel`) and
+/// cluster nodes. Unset: `redis-server` from `PATH`.
+pub const SERVER_ENV: &str = "MULTILOCK_REDIS_SERVER";
+
 /// The binary to run: `$MULTILOCK_REDIS_SERVER`, else `redis-server` from `PATH`.
-fn server_binary() -> String {
-    std::env::var("MULTILOCK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+pub(crate) fn server_binary() -> String {
+    std::env::var(SERVER_ENV).unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// The major version of [`server_binary`] (`Redis server v=6.2.14 ...` is
+/// 6, `Valkey server v=8.1.8 ...` 8), asked once; `None` when it does not
+/// say, taken as recent.
+pub(crate) fn server_major() -> Option<u32> {
+    static MAJOR: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let output = Command::new(server_binary())
+            .arg("--version")
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let version = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+        version.split('.').next()?.parse().ok()
+    })
 }
 
 /// A `redis-server` process on a loopback port, killed when dropped.

@@ -107,8 +107,7 @@ impl SentinelNode {
     /// Runs the sentinel and waits until it answers, as itself: `INFO`
     /// names its pid.
     async fn spawn(&mut self) -> io::Result<()> {
-        let binary =
-            std::env::var("MULTILOCK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let binary = super::process::server_binary();
         let child = Command::new(&binary)
             .arg(self.dir.join("sentinel.conf"))
             .arg("--sentinel")

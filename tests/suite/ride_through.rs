@@ -84,6 +84,7 @@ impl Kind {
             Kind::Reentrant => format!("redisson_lock__channel:{{{name}}}"),
             _ => format!("redisson_rwlock:{{{name}}}"),
         };
+        let sharded = sharded && has_sharded_pubsub(url).await;
         let numsub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
         let (_, listeners): (String, u64) =
             run(url, redis::cmd("PUBSUB").arg(numsub).arg(&channel))

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::command::{Role, ask, free_port, info_field, poll_ready, role, url_of};
+use super::process::server_major;
 use super::replicated::PRIMARY_FLAGS;
 use super::{RedisProcess, TcpProxy, TestServer};
 use multilock::wire::SLOTS;
@@ -95,7 +96,7 @@ impl ClusterNode {
 /// start nodes 0, 1 and 2 are the primaries of slots 0-5460, 5461-10922
 /// and 10923-16383, and node `i + 3` replicates node `i`; failovers then
 /// move the roles. The kit joins the nodes itself (`CLUSTER MEET`,
-/// `ADDSLOTSRANGE`, `REPLICATE`) rather than with `redis-cli --cluster
+/// `ADDSLOTS`, `REPLICATE`) rather than with `redis-cli --cluster
 /// create`: no second binary to find next to `$MULTILOCK_REDIS_SERVER`, no
 /// fixed one-second waits, and the replica of each primary known in advance.
 ///
@@ -174,8 +175,12 @@ impl RedisCluster {
         for (i, node) in self.nodes.iter().enumerate() {
             let (url, epoch) = (node.url(), (i + 1).to_string());
             ask::<()>(&url, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
-            if let Some((from, to)) = SHARDS.get(i).map(|(f, t)| (f.to_string(), t.to_string())) {
-                ask::<()>(&url, &["CLUSTER", "ADDSLOTSRANGE", &from, &to]).await?;
+            if let Some(&(from, to)) = SHARDS.get(i) {
+                // ADDSLOTS, not ADDSLOTSRANGE (7.0+): Redis 6.2 too.
+                let slots: Vec<String> = (from..=to).map(|slot| slot.to_string()).collect();
+                let mut args = vec!["CLUSTER", "ADDSLOTS"];
+                args.extend(slots.iter().map(String::as_str));
+                ask::<()>(&url, &args).await?;
             }
             if i > 0 {
                 let bus = match self.bus.get(i) {
@@ -418,6 +423,8 @@ impl RedisCluster {
 /// A node's arguments. The cluster bus gets a free port of its own, as the
 /// default (port + 10000) may be past 65535; should another program take it
 /// first, the node exits and [`RedisProcess::start_with_args`] tries again.
+/// Redis 6.2 has no `cluster-port`: its bus is on the default port, and a
+/// node whose port leaves no room for it exits and is tried again likewise.
 fn node_args(port: u16) -> Vec<String> {
     let mut bus = (0..5).filter_map(|_| free_port().ok());
     let bus = bus.find(|&bus| bus != port).unwrap_or(0).to_string();
@@ -433,7 +440,11 @@ fn node_args(port: u16) -> Vec<String> {
         ["--repl-ping-replica-period", "1"],
         PRIMARY_FLAGS,
     ];
-    args.iter().flatten().map(|&a| a.to_owned()).collect()
+    let no_cluster_port = server_major().is_some_and(|major| major < 7);
+    let args = args
+        .iter()
+        .filter(|arg| !(no_cluster_port && arg[0] == "--cluster-port"));
+    args.flatten().map(|&a| a.to_owned()).collect()
 }
 
 /// One range of `CLUSTER SLOTS`: its primary's and replicas' ports.

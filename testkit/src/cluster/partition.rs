@@ -82,10 +82,17 @@ pub(super) async fn proxy_bus(process: &RedisProcess) -> io::Result<TcpProxy> {
     TcpProxy::start(bus_port(&process.url()).await?).await
 }
 
-/// The cluster bus port of the node at `url` (`cluster-port`).
+/// The cluster bus port of the node at `url` (`cluster-port`; Redis 6.2
+/// has none and listens on the default, port + 10000).
 pub(super) async fn bus_port(url: &str) -> io::Result<u16> {
     let bus: Vec<String> = ask(url, &["CONFIG", "GET", "cluster-port"]).await?;
-    let port = bus.get(1).and_then(|p| p.parse().ok());
+    let port = match bus.get(1) {
+        Some(port) if port != "0" => port.parse().ok(),
+        _ => url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok()?.checked_add(10000)),
+    };
     port.ok_or_else(|| io::Error::other(format!("{url}: no cluster-port")))
 }
 

@@ -146,6 +146,18 @@ pub async fn info_field(url: &str, section: &str, field: &str) -> String {
         .to_owned()
 }
 
+/// Whether the server at `url` has sharded pub/sub (Redis 7+; Valkey says
+/// `redis_version:7.2.4`): on Redis 6.2 (`MULTILOCK_REDIS_SERVER`) a
+/// Cluster's `Auto` mode publishes and subscribes the classic way.
+pub async fn has_sharded_pubsub(url: &str) -> bool {
+    let version = info_field(url, "server", "redis_version").await;
+    version
+        .split('.')
+        .next()
+        .and_then(|major| major.parse::<u32>().ok())
+        >= Some(7)
+}
+
 pub async fn exists(url: &str, key: &str) -> bool {
     run(url, redis::cmd("EXISTS").arg(key))
         .await
