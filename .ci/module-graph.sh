@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The import graph between the FILES of src/, and its circles.
 #
-# Nodes: the .rs files of src/ but lib.rs, the test kit (src/testkit/, its
-# own crate to be) and test-only files (a `#[cfg(test...)] mod x;` target
-# and everything beneath it, such as tests.rs and fencing/model/).
-# Edges: every `crate::a::b::c` and `super::...` path in a file's code
-# before its first column-0 `#[cfg(test)]` (unit tests may reach anywhere),
-# `use` groups expanded (`crate::{a::b, c::{d, e}}`, over several lines),
-# comments left out. A path goes to the deepest module that has a file
-# (src/a/b.rs or src/a/b/mod.rs, a `#[path]` module where one is declared),
-# else to its parent's; `crate::Name` re-exported by lib.rs, and `a::Name`
-# re-exported by module a, go to the file the name comes from. Relative paths (`child::Item`, `self::`) are a
-# module using what it declares beneath it, and are not counted.
+# Nodes: the .rs files of src/ but lib.rs and test-only files (a
+# `#[cfg(test...)] mod x;` target and everything beneath it, such as
+# tests.rs and fencing/model/).
+# Edges: every `crate::a::b::c`, `super::...` and `self::...` path in a
+# file's code before a column-0 `#[cfg(test)] mod ... {` (unit tests may
+# reach anywhere), `use` groups expanded (`crate::{a::b, c::{d, e}}`, over
+# several lines), comments left out. A path goes to the deepest module that
+# has a file (src/a/b.rs or src/a/b/mod.rs, a `#[path]` module where one is
+# declared), else to its parent's; `crate::Name` re-exported by lib.rs, and
+# `a::Name` re-exported by module a (`pub`, `pub(crate)`, `pub(in ...)`),
+# go to the file the name comes from.
+# Not counted: a module using what it declares beneath it (`child::Item`; a
+# parent is its children's facade), and what needs name resolution: a
+# private `use child::X` reached as `super::X`, glob re-exports, a module
+# reached through an alias.
 #
 # Prints the edges; fails on any circle (strongly connected component) of
 # more than 2 files, on a 2-file circle not allowed below, and on an allowed
@@ -25,7 +29,7 @@ allowed='
 fencing/book/mod.rs fencing/repair.rs  the counters awaiting repair: the book is their ledger and starts the tasks, repair.rs the tasks that work it off and write back
 '
 
-find . -name '*.rs' ! -path './testkit/*' | sed 's#^\./##' | sort |
+find . -name '*.rs' | sed 's#^\./##' | sort |
   awk -v allowed="$allowed" '
 function modpath_of(f,   m) {
   if (f in pathmod) return pathmod[f]
@@ -79,6 +83,7 @@ function scan(text,   rest, tok, i, c, depth, group) {
 function resolve(m, path,   n, seg, i, base, k, c, j) {
   n = split(path, seg, "::")
   if (seg[1] == "crate") { base = ""; i = 2 }
+  else if (seg[1] == "self") { base = m; i = 2 }
   else { base = m; i = 1; while (i <= n && seg[i] == "super") { base = parent(base); i++ } }
   for (k = n; k >= i - 1; k--) {
     c = base
@@ -93,8 +98,9 @@ function read_code(f,   line, text, skip_mod) {
   text = ""
   while ((getline line < f) > 0) {
     if (line == "#[cfg(test)]") {
-      if ((getline line < f) > 0 && line ~ /^(pub(\([a-z]+\))? )?mod [a-z_0-9]+;/) continue
-      break
+      if ((getline line < f) <= 0) break
+      if (line ~ /^(pub(\([a-z]+\))? )?mod [a-z_0-9]+;/) continue
+      if (line ~ /^(pub(\([a-z]+\))? )?mod [a-z_0-9]+ *[{]/) break
     }
     if (line ~ /^[ \t]*\/\//) continue
     if (line !~ /"/) sub(/\/\/.*$/, "", line)
@@ -148,9 +154,9 @@ END {
     f = files[n]
     if (!(f in node)) continue
     m = modpath_of(f); paths = ""; text = read_code(f)
-    while (match(text, /pub(\([a-z]+\))? use [^;]*;/)) {
+    while (match(text, /pub(\((crate|super|self|in [^)]*)\))? use [^;]*;/)) {
       stmt = substr(text, RSTART, RLENGTH - 1); text = substr(text, RSTART + RLENGTH)
-      sub(/^pub(\([a-z]+\))? use /, "", stmt)
+      sub(/^pub(\((crate|super|self|in [^)]*)\))? use /, "", stmt)
       gsub(/[ \t]+as[ \t]+[A-Za-z_0-9]+/, "", stmt); gsub(/[ \t]/, "", stmt)
       expand(stmt)
     }

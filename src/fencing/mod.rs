@@ -146,7 +146,7 @@ mod tests {
     /// than CI has (since the liveness claim covers new names, a fresh
     /// name's space is tens of millions of states: BENCHMARKS.md dates
     /// the longer checks). A debug build (`cargo test`) checks small
-    /// slices; an optimized one (`cargo test --release --lib fencing`, as
+    /// slices; an optimized one (`cargo test --release -p multilock --lib fencing`, as
     /// CI runs it) checks more, about a minute each.
     /// `MULTILOCK_MODEL="grants=2 crashes=1 rounds=2 repairs=1 drops=1"`
     /// checks those bounds instead, whole unless capped.
