@@ -151,18 +151,28 @@ impl Scene {
         scene
     }
 
-    /// Polls until every kind's waiters wait on the server at `url`. A
+    /// Polls until every kind's waiters wait on one of the servers at
+    /// `urls`: the primary, or for a Cluster also its replica, which serves
+    /// `SSUBSCRIBE` and hears the primary's `SPUBLISH`: a subscription that
+    /// followed a demoted primary stays there, and is still woken. A
     /// precondition, not the oracle (every waiter's grant after the fault
-    /// is): 20 s, as a Cluster subscription that follows the rounds'
-    /// failovers took over 5 s in 2 loaded runs of the whole suite
-    /// (round 3 of `waiters_ride_through_a_cluster_failover`).
-    async fn waiting(&self, url: &str, sharded: bool) {
+    /// is).
+    async fn waiting(&self, urls: &[String], sharded: bool) {
         eventually(
-            Duration::from_secs(20),
+            PATIENCE,
             |missing: &String| format!("the waiters are not waiting: {missing}"),
             || async {
                 for (kind, name) in &self.names {
-                    kind.waiting(url, name, sharded).await?;
+                    let mut missing = Vec::new();
+                    for url in urls {
+                        match kind.waiting(url, name, sharded).await {
+                            Ok(()) => break,
+                            Err(seen) => missing.push(format!("{seen} ({url})")),
+                        }
+                    }
+                    if missing.len() == urls.len() {
+                        return Err(missing.join("; "));
+                    }
                 }
                 Ok(())
             },
@@ -262,7 +272,7 @@ async fn waiters_ride_through_a_standalone_restart() {
     let node = node_at(&server.url(), Duration::from_secs(2));
     for round in 0..ROUNDS {
         let scene = Scene::stage(&node, names("restart", round)).await;
-        scene.waiting(&server.url(), false).await;
+        scene.waiting(&[server.url()], false).await;
         server.restart().await.unwrap();
         scene.finish(round).await;
     }
@@ -289,7 +299,7 @@ mod sentinel {
             let primary = group.primary().await.unwrap();
             let url = group.data_nodes()[primary].url();
             let scene = Scene::stage(&node, names("sentinel", round)).await;
-            scene.waiting(&url, false).await;
+            scene.waiting(std::slice::from_ref(&url), false).await;
             replicated(&url, &scene.names[0].1, 2).await;
             match fault {
                 Fault::Kill => {
@@ -385,9 +395,10 @@ mod cluster {
             let (names, primary) = names_on_one_shard(&cluster, round).await;
             let url = cluster.nodes()[primary].url();
             let scene = Scene::stage(&node, names).await;
-            scene.waiting(&url, true).await;
-            replicated(&url, &scene.names[0].1, 1).await;
             let replica = cluster.replica_of(primary).await.unwrap();
+            let shard = [url.clone(), cluster.nodes()[replica].url()];
+            scene.waiting(&shard, true).await;
+            replicated(&url, &scene.names[0].1, 1).await;
             match fault {
                 Fault::Kill => cluster.kill(primary).await.unwrap(),
                 Fault::Failover => cluster.failover(replica).await.unwrap(),
