@@ -110,6 +110,19 @@ impl redis::FromRedisValue for AcquireReply {
     }
 }
 
+/// The acquire script call of lock `name` with `fencing`: one builder for
+/// the three public forms below.
+fn acquire_with(
+    name: &str,
+    field: &str,
+    lease: Duration,
+    hold_id: &str,
+    fencing: Fencing,
+) -> ScriptInvocation<'static> {
+    let keys = LockKeys::new(name);
+    script(protocol::acquire(&keys, field, lease, hold_id, fencing))
+}
+
 /// The acquire script call, as hold `hold_id` (any unique string; its
 /// release and rollback name it again). Read its reply as an
 /// [`AcquireReply`].
@@ -119,14 +132,7 @@ pub fn acquire(
     lease: Duration,
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
-    let keys = LockKeys::new(name);
-    script(protocol::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        Fencing::Off,
-    ))
+    acquire_with(name, field, lease, hold_id, Fencing::Off)
 }
 
 /// The fenced acquire of a single-node lock (Redisson's fenced lock: the
@@ -137,14 +143,7 @@ pub fn acquire_fenced(
     lease: Duration,
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
-    let keys = LockKeys::new(name);
-    script(protocol::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        Fencing::Single,
-    ))
+    acquire_with(name, field, lease, hold_id, Fencing::Single)
 }
 
 /// The acquire of one part of a fenced multi-node lock: the counter is
@@ -156,14 +155,7 @@ pub fn acquire_quorum_fenced(
     lease: Duration,
     hold_id: &str,
 ) -> ScriptInvocation<'static> {
-    let keys = LockKeys::new(name);
-    script(protocol::acquire(
-        &keys,
-        field,
-        lease,
-        hold_id,
-        Fencing::Quorum,
-    ))
+    acquire_with(name, field, lease, hold_id, Fencing::Quorum)
 }
 
 /// The extend script call: `field`'s hold of `name` (not a read lock's)
