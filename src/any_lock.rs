@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::distributed_lock::DistributedLock;
 use crate::error::Result;
 use crate::guard::Guard;
+use crate::inspect::Inspection;
 use crate::owner::Owner;
 use crate::quorum::{MultiLock, RedLock};
 use crate::single::Lock;
@@ -144,5 +145,9 @@ impl DistributedLock for AnyLock {
 
     async fn is_held_by_current_owner(&self) -> Result<bool> {
         each!(self, lock => lock.is_held_by_current_owner().await)
+    }
+
+    async fn inspect(&self) -> Result<Inspection> {
+        each!(self, lock => lock.inspect().await)
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::Guard;
+use crate::inspect::Inspection;
 use crate::owner::Owner;
 use crate::quorum::{QuorumLock, QuorumPolicy};
 use crate::single::Lock;
@@ -134,6 +135,10 @@ pub trait DistributedLock: Clone + Send + Sync + 'static {
     /// Whether the handle's owner holds the lock (on a quorum of nodes, for
     /// a quorum lock).
     fn is_held_by_current_owner(&self) -> impl Future<Output = Result<bool>> + Send;
+
+    /// What each node stores for the lock, read-only, and the verdict over
+    /// them (see [`Lock::inspect`]).
+    fn inspect(&self) -> impl Future<Output = Result<Inspection>> + Send;
 }
 
 macro_rules! forward {
@@ -198,6 +203,9 @@ macro_rules! forward {
         }
         fn is_held_by_current_owner(&self) -> impl Future<Output = Result<bool>> + Send {
             Self::is_held_by_current_owner(self)
+        }
+        fn inspect(&self) -> impl Future<Output = Result<Inspection>> + Send {
+            Self::inspect(self)
         }
     };
 }

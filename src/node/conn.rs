@@ -75,6 +75,12 @@ impl Node {
         self.checkout_shared(None).await.map(drop)
     }
 
+    /// A shared connection of this very server about no lock in particular
+    /// (each in turn): for a scan of its keys.
+    pub(crate) async fn checkout_any_conn(&self) -> Result<Conn> {
+        self.checkout_shared(None).await
+    }
+
     /// A connection nobody else is given until this one is dropped: for a
     /// request that blocks its connection (`WAIT`), about the lock of
     /// `lane` (a Cluster node's is to that lock's shard, so the `WAIT`
@@ -335,6 +341,19 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Another handle on this connection, for a request sent beside this
+    /// one's (pipelined); never a share of a connection held exclusively.
+    pub(crate) fn share(&self) -> Conn {
+        debug_assert!(self._exclusive.is_none());
+        Conn {
+            conn: self.conn.clone(),
+            broken: self.broken.clone(),
+            _exclusive: None,
+            node: self.node.clone(),
+            route: self.route,
+        }
+    }
+
     /// A handle on the connection of `object`, shared with other requests.
     fn shared(object: &pool::Object, node: &Node) -> Conn {
         Conn {

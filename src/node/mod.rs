@@ -15,6 +15,7 @@ mod identity;
 mod poller;
 mod pool;
 mod retry;
+mod scan;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod settings;

@@ -22,6 +22,7 @@ use crate::timing::{millis, ttl_from_pttl};
 pub(crate) mod fair;
 mod fencing;
 mod holds;
+mod inspect;
 mod read_keys;
 pub(crate) mod rw;
 
@@ -31,6 +32,7 @@ pub(crate) use fencing::{
 pub(crate) use holds::{
     acquire, bury, extend, force_unlock, parse_acquired, release, renew_batch, rollback,
 };
+pub(crate) use inspect::{inspect, sample_lock_shape, scan_hashes};
 
 /// One request of the protocol and how to read its reply.
 pub(crate) struct Call<R> {
@@ -316,8 +318,9 @@ pub(crate) fn wait_for_replicas(replicas: u32, timeout: Duration) -> Call<u32> {
 
 /// Every script, as (name, source, script): loaded on every new
 /// connection ([`load_scripts`]), and checked against `SCRIPT LOAD` by tests.
-pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 22] {
+pub(crate) fn all_scripts() -> [(&'static str, &'static str, &'static Script); 23] {
     [
+        ("inspect", inspect::INSPECT_LUA, &inspect::INSPECT),
         ("extend", holds::EXTEND_LUA, &holds::EXTEND),
         ("acquire", holds::ACQUIRE_LUA, &holds::ACQUIRE),
         (

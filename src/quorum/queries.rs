@@ -9,7 +9,8 @@ use futures::FutureExt;
 use futures::future::join_all;
 
 use super::{QuorumLock, QuorumPolicy, policy};
-use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
+use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
+use crate::inspect::{Inspection, NodeInspection};
 use crate::single::Lock;
 
 impl<P: QuorumPolicy> QuorumLock<P> {
@@ -152,6 +153,54 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .gather(|lock| async move { lock.remaining_ttl().await })
             .await?;
         Ok(self.quorum_value(ttls.into_iter().flatten().collect()))
+    }
+
+    /// What every node stores for its part, read at once, each in one
+    /// read-only request (see [`Lock::inspect`]), and the verdict over
+    /// them: held by one owner (or readers) on a quorum, free, split
+    /// (naming the nodes each holder has), or unknown while the nodes that
+    /// did not answer within the node timeout
+    /// ([`QuorumLock::with_node_timeout`]) could change it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(red: multilock::RedLock) -> multilock::Result<()> {
+    /// use multilock::inspect::Verdict;
+    /// let inspection = red.inspect().await?;
+    /// if let Verdict::Split(claims) = &inspection.verdict {
+    ///     for claim in claims {
+    ///         println!("{} holds on {:?} only", claim.field, claim.nodes);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None today: a node's failure is part of the inspection.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: read only, it never writes.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        let node_timeout = self.node_timeout;
+        let nodes = join_all(self.locks.iter().map(|lock| async move {
+            match tokio::time::timeout(node_timeout, lock.inspect_node()).await {
+                Ok(answer) => answer,
+                Err(_) => NodeInspection {
+                    node: lock.node().addr().to_owned(),
+                    name: lock.name().to_owned(),
+                    state: Err(Error::NodeUnavailable {
+                        node: lock.node().addr().to_owned(),
+                        reason: Unavailable::Timeout,
+                        source: None,
+                    }),
+                },
+            }
+        }))
+        .await;
+        Ok(Inspection::new(self.quorum(), nodes))
     }
 
     /// The value that a quorum of the answers reaches.
