@@ -25,6 +25,7 @@ mod failover;
 mod fair;
 mod fencing;
 mod hostile;
+mod inspect;
 mod late_release;
 mod let_go;
 #[cfg(feature = "metrics")]

@@ -20,7 +20,7 @@ pub(crate) const SWITCH: Duration = Duration::from_secs(6);
 /// The node's connect and reply timeouts.
 const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn group() -> SentinelGroup {
+pub(crate) async fn group() -> SentinelGroup {
     init_tracing();
     SentinelGroup::start()
         .await
