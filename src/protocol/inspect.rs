@@ -84,16 +84,21 @@ pub(crate) fn inspect(keys: &LockKeys) -> Call<LockState> {
     Call::script(invocation, parse_state)
 }
 
+/// [`INSPECT_LUA`]'s reply, as decoded: fields, PTTL, reads, queue,
+/// deadlines, counter, TIME.
+type InspectReply = (
+    Vec<(String, String)>,
+    i64,
+    Vec<Value>,
+    Vec<String>,
+    Vec<(String, String)>,
+    Option<String>,
+    (u64, u64),
+);
+
 fn parse_state(reply: Value) -> RedisResult<LockState> {
-    let (fields, pttl, reads, queue, deadlines, counter, time): (
-        Vec<(String, String)>,
-        i64,
-        Vec<Value>,
-        Vec<String>,
-        Vec<(String, String)>,
-        Option<String>,
-        (u64, u64),
-    ) = FromRedisValue::from_redis_value(reply)?;
+    let (fields, pttl, reads, queue, deadlines, counter, time): InspectReply =
+        FromRedisValue::from_redis_value(reply)?;
     let mode = fields
         .iter()
         .find(|(field, _)| field == "mode")

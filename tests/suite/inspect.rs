@@ -172,10 +172,10 @@ async fn readers_show_each_read_hold_and_a_writer_shows_as_such() {
     let node = node(&server);
     let client = long_lease_client();
     let rw = client.read_write_lock(&node, "inspect:rw").unwrap();
-    let first = owned(&rw.read(), "reader-1");
+    let first = owned(rw.read(), "reader-1");
     let _a = first.lock_with_lease(LONG_LEASE).await.unwrap();
     let _b = first.lock_with_lease(LONG_LEASE).await.unwrap();
-    let _c = owned(&rw.read(), "reader-2")
+    let _c = owned(rw.read(), "reader-2")
         .lock_with_lease(LONG_LEASE)
         .await
         .unwrap();
@@ -200,7 +200,7 @@ async fn readers_show_each_read_hold_and_a_writer_shows_as_such() {
     assert!(matches!(&inspection.verdict, Verdict::Held(claims) if claims.len() == 2));
 
     let writes = client.read_write_lock(&node, "inspect:rw-written").unwrap();
-    let _w = owned(&writes.write(), "writer")
+    let _w = owned(writes.write(), "writer")
         .lock_with_lease(LONG_LEASE)
         .await
         .unwrap();
@@ -304,7 +304,7 @@ async fn inspect_never_writes() {
     let node = node(&server);
     let client = long_lease_client();
     let rw = client.read_write_lock(&node, "inspect:watched").unwrap();
-    let _r = owned(&rw.read(), "r")
+    let _r = owned(rw.read(), "r")
         .lock_with_lease(LONG_LEASE)
         .await
         .unwrap();
