@@ -12,6 +12,7 @@
 //! | [`limits`] | known limits: read before relying on RedLock |
 //! | [`deployments`] | standalone servers, Sentinel groups, Redis Clusters, TLS; what replication can still lose |
 //! | [`errors`] | the one error type, variant by variant |
+//! | [`operating`] | during an incident: `inspect` (holders, waiters, TTLs, counters, a verdict per quorum), `find_locks`, forcing a release, the CLI |
 //! | [`observability`] | tracing spans, the `metrics` feature's metrics, node health |
 //! | [`performance`] | what the benchmark measures and what it shows |
 //! | [`testing`] | running the examples, the tests and the chaos checks: prerequisites and variables |
@@ -22,6 +23,7 @@ pub mod fencing;
 pub mod limits;
 pub mod lock_kinds;
 pub mod observability;
+pub mod operating;
 pub mod performance;
 pub mod quorum;
 pub mod semantics;
