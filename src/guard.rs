@@ -12,8 +12,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
+use crate::late_parts::LateParts;
 use crate::owner::{Owner, Turn};
-use crate::single::{HeldPart, PartView};
+use crate::single::{self, HeldPart, PartView};
 use crate::timing;
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
@@ -100,41 +101,6 @@ fn never_granted(nodes: &[String], held: &[String]) -> Vec<NodeFailure> {
         .collect()
 }
 
-/// Grants a multi-node round received after it had its quorum and returned
-/// (a node slower than the others): adopted by the guard, renewed and
-/// released with it. Once the guard is released (`closed`), a grant that
-/// still arrives is released at once.
-#[derive(Default)]
-pub(crate) struct LateParts {
-    closed: bool,
-    /// The guard is lost: a late grant no longer counts.
-    lost: bool,
-    parts: Vec<HeldPart>,
-}
-
-impl LateParts {
-    /// Adopts `part`, or releases it if the guard is gone or lost.
-    pub(crate) fn adopt(late: &Mutex<LateParts>, part: HeldPart) {
-        let mut late = late.lock().unwrap();
-        if late.closed || late.lost {
-            drop(late);
-            tracing::debug!(node = %part.node_addr(), "a late grant for a released or lost guard: rolled back");
-            // Dropping an unreleased part releases it in the background.
-            drop(part);
-        } else {
-            tracing::debug!(node = %part.node_addr(), "a late grant adopted by its guard");
-            late.parts.push(part);
-        }
-    }
-
-    /// Closes the list and takes what it holds.
-    pub(crate) fn close(late: &Mutex<LateParts>) -> Vec<HeldPart> {
-        let mut late = late.lock().unwrap();
-        late.closed = true;
-        std::mem::take(&mut late.parts)
-    }
-}
-
 impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
@@ -185,9 +151,7 @@ impl Guard {
     /// Every part held now, the adopted late ones included.
     fn views(&self) -> Vec<PartView> {
         let mut views: Vec<PartView> = self.parts.iter().filter_map(HeldPart::view).collect();
-        if let Some(late) = &self.late {
-            views.extend(late.lock().unwrap().parts.iter().filter_map(HeldPart::view));
-        }
+        views.extend(self.late.iter().flat_map(|late| LateParts::views(late)));
         views
     }
 
@@ -199,17 +163,9 @@ impl Guard {
         if self.lost.load(Ordering::Acquire) {
             return Vec::new();
         }
-        let proven: Vec<(PartView, Instant)> = self
-            .views()
-            .into_iter()
-            .filter_map(|part| {
-                let until = part.proven_until().filter(|until| *until > now)?;
-                Some((part, until))
-            })
-            .collect();
-        if proven.len() < self.shape.required() {
+        let proven = single::proven(self.views(), self.shape.required(), now);
+        if proven.is_empty() {
             self.mark_lost();
-            return Vec::new();
         }
         proven
     }
@@ -221,7 +177,7 @@ impl Guard {
             return;
         }
         if let Some(late) = &self.late {
-            late.lock().unwrap().lost = true;
+            LateParts::mark_lost(late);
         }
         tracing::debug!(lock = %self.name, "the guard can no longer prove its hold: lost");
     }

@@ -34,7 +34,7 @@ pub use read_write::ReadWriteLock;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-pub(crate) use hold::{HeldPart, PartView};
+pub(crate) use hold::{HeldPart, PartView, proven};
 
 /// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
 ///
