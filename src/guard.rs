@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -12,7 +12,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
+use crate::hold_warning::{HoldWarning, Named};
 use crate::late_parts::LateParts;
+use crate::metrics;
 use crate::owner::{Owner, Turn};
 use crate::single::{self, HeldPart, PartView};
 use crate::timing;
@@ -54,6 +56,8 @@ pub struct Guard {
     /// A re-entry of a `run_locked` scope keeps the scope's turn while it
     /// lives.
     turn: Option<Turn>,
+    /// Its hold warning, aborted with it (`None`: no warning is set).
+    warning: Option<HoldWarning>,
 }
 
 /// What kind of lock a guard holds.
@@ -104,6 +108,7 @@ fn never_granted(nodes: &[String], held: &[String]) -> Vec<NodeFailure> {
 impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
+        let hold_warning = part.lock.hold_warning();
         Guard {
             name: part.lock.keys().name.clone(),
             token: part.token(),
@@ -113,7 +118,9 @@ impl Guard {
             shape: Shape::Single,
             lost: AtomicBool::new(false),
             turn: None,
+            warning: None,
         }
+        .warned_after(hold_warning)
     }
 
     /// The guard of a multi-node hold: `parts` are the nodes that granted in
@@ -138,6 +145,7 @@ impl Guard {
             token,
             lost: AtomicBool::new(false),
             turn: None,
+            warning: None,
         }
     }
 
@@ -145,6 +153,39 @@ impl Guard {
     /// until it is released or dropped.
     pub(crate) fn in_turn(mut self, turn: Turn) -> Guard {
         self.turn = Some(turn);
+        self
+    }
+
+    /// This guard, warning once if it is still held `after` from now
+    /// ([`HoldWarning`], judged as `lost()` is); `None`: nothing is made.
+    pub(crate) fn warned_after(mut self, after: Option<Duration>) -> Guard {
+        let Some(after) = after else { return self };
+        let parts: Vec<PartView> = self.parts.iter().filter_map(HeldPart::view).collect();
+        let (late, required) = (
+            self.late.as_ref().map(Arc::downgrade),
+            self.shape.required(),
+        );
+        let held = move || {
+            let late = late.as_ref().and_then(Weak::upgrade);
+            let views = parts
+                .into_iter()
+                .chain(late.iter().flat_map(|l| LateParts::views(l)));
+            let proven = single::proven(views.collect(), required, Instant::now());
+            proven
+                .iter()
+                .map(|(part, _)| part.node_addr().to_owned())
+                .collect()
+        };
+        let kind = self
+            .parts
+            .first()
+            .map_or(metrics::SINGLE, |p| p.lock.kind());
+        let named = Named {
+            lock: self.name.clone(),
+            owner: self.owner.clone(),
+            kind,
+        };
+        self.warning = HoldWarning::start(after, named, held);
         self
     }
 
@@ -233,6 +274,8 @@ impl Guard {
     /// Dropping the returned future does not leave the lock held: the
     /// releases go on in the background.
     pub async fn unlock(mut self) -> Result<()> {
+        // A hold being released is not held too long.
+        drop(self.warning.take());
         let mut parts = std::mem::take(&mut self.parts);
         if let Some(late) = self.late.take() {
             parts.extend(LateParts::close(&late));

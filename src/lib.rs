@@ -12,6 +12,7 @@ mod fencing;
 mod finish_on_drop;
 mod guard;
 pub mod guide;
+mod hold_warning;
 mod late_parts;
 mod metrics;
 mod node;

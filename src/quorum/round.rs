@@ -326,13 +326,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             node_timeout,
         };
         let parts = parts.into_iter().map(|(_, part)| part).collect();
-        Ok(Round::Won(Guard::quorum(
-            owner.clone(),
-            parts,
-            late,
-            shape,
-            token,
-        )))
+        // One hold warning for the whole hold, whatever its parts say.
+        let guard = Guard::quorum(owner.clone(), parts, late, shape, token);
+        Ok(Round::Won(guard.warned_after(self.hold_warning)))
     }
 
     /// For a policy that needs independent servers: no two nodes may be one
