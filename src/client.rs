@@ -52,6 +52,7 @@ pub struct Client {
 pub struct ClientBuilder {
     watchdog_timeout: Duration,
     max_hold: Option<Duration>,
+    hold_warning: Option<Duration>,
     fencing_counter_expiry: Option<Duration>,
     id: Option<Uuid>,
 }
@@ -75,6 +76,31 @@ impl ClientBuilder {
     /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// How long a guard may be held before the crate warns (default: never).
+    /// A guard still held this long after it was handed out logs one
+    /// `tracing` warning naming the lock, its owner, its nodes and how long
+    /// it has been held, and (feature `metrics`) counts one
+    /// `multilock_hold_warnings_total`: once per guard, a re-entry's guard
+    /// being a guard of its own, and a MultiLock's or RedLock's once for
+    /// the whole hold. Unlike [`max_hold`](ClientBuilder::max_hold), it
+    /// changes nothing about the hold. A lock may set its own
+    /// ([`Lock::with_hold_warning`]). From 1 ms to
+    /// [`MAX_LEASE`](crate::MAX_LEASE); `build()` checks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let client = multilock::Client::builder()
+    ///     .hold_warning(Duration::from_secs(60))
+    ///     .build()?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    pub fn hold_warning(mut self, after: Duration) -> Self {
+        self.hold_warning = Some(after);
         self
     }
 
@@ -114,14 +140,17 @@ impl ClientBuilder {
     ///
     /// [`Error::InvalidArgument`] when the watchdog timeout is under
     /// [`MIN_LEASE`](crate::MIN_LEASE) or over [`MAX_LEASE`](crate::MAX_LEASE),
-    /// or the maximum hold time or the fencing counter expiry is out of
-    /// bounds.
+    /// or the maximum hold time, the hold warning or the fencing counter
+    /// expiry is out of bounds.
     pub fn build(self) -> Result<Client> {
         // The watchdog timeout is the lease of every hold it renews.
         crate::timing::check_lease(self.watchdog_timeout)
             .map_err(|err| Error::invalid(format!("watchdog timeout: {err}")))?;
         if let Some(max_hold) = self.max_hold {
             crate::timing::check_max_hold(max_hold)?;
+        }
+        if let Some(after) = self.hold_warning {
+            crate::timing::check_hold_warning(after)?;
         }
         if let Some(expiry) = self.fencing_counter_expiry
             && !(MIN_COUNTER_EXPIRY..=MAX_COUNTER_EXPIRY).contains(&expiry)
@@ -135,6 +164,7 @@ impl ClientBuilder {
                 self.id.unwrap_or_else(Uuid::new_v4).to_string(),
                 self.watchdog_timeout,
                 self.max_hold,
+                self.hold_warning,
                 self.fencing_counter_expiry,
             ),
         })
@@ -159,6 +189,7 @@ impl Client {
         ClientBuilder {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_hold: None,
+            hold_warning: None,
             fencing_counter_expiry: Some(DEFAULT_FENCING_COUNTER_EXPIRY),
             id: None,
         }

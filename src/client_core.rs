@@ -18,6 +18,9 @@ pub(crate) struct ClientCore {
     /// How long a lock may be held by renewal alone, unless a lock says
     /// otherwise; `None`: for as long as its guard lives.
     pub(crate) max_hold: Option<Duration>,
+    /// How long a guard may be held before the crate warns, unless a lock
+    /// says otherwise; `None`: never.
+    pub(crate) hold_warning: Option<Duration>,
     /// What the client knows of the fencing counters of its multi-node
     /// locks.
     pub(crate) fencing: Arc<FenceBook>,
@@ -28,12 +31,14 @@ impl ClientCore {
         id: String,
         watchdog_timeout: Duration,
         max_hold: Option<Duration>,
+        hold_warning: Option<Duration>,
         fencing_counter_expiry: Option<Duration>,
     ) -> Arc<ClientCore> {
         Arc::new(ClientCore {
             id,
             watchdogs: Watchdogs::new(watchdog_timeout),
             max_hold,
+            hold_warning,
             fencing: Arc::new(FenceBook::new(fencing_counter_expiry)),
         })
     }

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -12,8 +12,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
+use crate::hold_warning::{HoldWarning, Named};
+use crate::late_parts::LateParts;
+use crate::metrics;
 use crate::owner::{Owner, Turn};
-use crate::single::{HeldPart, PartView};
+use crate::single::{self, HeldPart, PartView};
 use crate::timing;
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
@@ -53,6 +56,8 @@ pub struct Guard {
     /// A re-entry of a `run_locked` scope keeps the scope's turn while it
     /// lives.
     turn: Option<Turn>,
+    /// Its hold warning, aborted with it (`None`: no warning is set).
+    warning: Option<HoldWarning>,
 }
 
 /// What kind of lock a guard holds.
@@ -100,44 +105,10 @@ fn never_granted(nodes: &[String], held: &[String]) -> Vec<NodeFailure> {
         .collect()
 }
 
-/// Grants a multi-node round received after it had its quorum and returned
-/// (a node slower than the others): adopted by the guard, renewed and
-/// released with it. Once the guard is released (`closed`), a grant that
-/// still arrives is released at once.
-#[derive(Default)]
-pub(crate) struct LateParts {
-    closed: bool,
-    /// The guard is lost: a late grant no longer counts.
-    lost: bool,
-    parts: Vec<HeldPart>,
-}
-
-impl LateParts {
-    /// Adopts `part`, or releases it if the guard is gone or lost.
-    pub(crate) fn adopt(late: &Mutex<LateParts>, part: HeldPart) {
-        let mut late = late.lock().unwrap();
-        if late.closed || late.lost {
-            drop(late);
-            tracing::debug!(node = %part.node_addr(), "a late grant for a released or lost guard: rolled back");
-            // Dropping an unreleased part releases it in the background.
-            drop(part);
-        } else {
-            tracing::debug!(node = %part.node_addr(), "a late grant adopted by its guard");
-            late.parts.push(part);
-        }
-    }
-
-    /// Closes the list and takes what it holds.
-    pub(crate) fn close(late: &Mutex<LateParts>) -> Vec<HeldPart> {
-        let mut late = late.lock().unwrap();
-        late.closed = true;
-        std::mem::take(&mut late.parts)
-    }
-}
-
 impl Guard {
     /// The guard of a single-node hold.
     pub(crate) fn single(owner: Owner, part: HeldPart) -> Guard {
+        let hold_warning = part.lock.hold_warning();
         Guard {
             name: part.lock.keys().name.clone(),
             token: part.token(),
@@ -147,7 +118,9 @@ impl Guard {
             shape: Shape::Single,
             lost: AtomicBool::new(false),
             turn: None,
+            warning: None,
         }
+        .warned_after(hold_warning)
     }
 
     /// The guard of a multi-node hold: `parts` are the nodes that granted in
@@ -172,6 +145,7 @@ impl Guard {
             token,
             lost: AtomicBool::new(false),
             turn: None,
+            warning: None,
         }
     }
 
@@ -182,12 +156,43 @@ impl Guard {
         self
     }
 
+    /// This guard, warning once if it is still held `after` from now
+    /// ([`HoldWarning`], judged as `lost()` is); `None`: nothing is made.
+    pub(crate) fn warned_after(mut self, after: Option<Duration>) -> Guard {
+        let Some(after) = after else { return self };
+        let parts: Vec<PartView> = self.parts.iter().filter_map(HeldPart::view).collect();
+        let (late, required) = (
+            self.late.as_ref().map(Arc::downgrade),
+            self.shape.required(),
+        );
+        let held = move || {
+            let late = late.as_ref().and_then(Weak::upgrade);
+            let views = parts
+                .into_iter()
+                .chain(late.iter().flat_map(|l| LateParts::views(l)));
+            let proven = single::proven(views.collect(), required, Instant::now());
+            proven
+                .iter()
+                .map(|(part, _)| part.node_addr().to_owned())
+                .collect()
+        };
+        let kind = self
+            .parts
+            .first()
+            .map_or(metrics::SINGLE, |p| p.lock.kind());
+        let named = Named {
+            lock: self.name.clone(),
+            owner: self.owner.clone(),
+            kind,
+        };
+        self.warning = HoldWarning::start(after, named, held);
+        self
+    }
+
     /// Every part held now, the adopted late ones included.
     fn views(&self) -> Vec<PartView> {
         let mut views: Vec<PartView> = self.parts.iter().filter_map(HeldPart::view).collect();
-        if let Some(late) = &self.late {
-            views.extend(late.lock().unwrap().parts.iter().filter_map(HeldPart::view));
-        }
+        views.extend(self.late.iter().flat_map(|late| LateParts::views(late)));
         views
     }
 
@@ -199,17 +204,9 @@ impl Guard {
         if self.lost.load(Ordering::Acquire) {
             return Vec::new();
         }
-        let proven: Vec<(PartView, Instant)> = self
-            .views()
-            .into_iter()
-            .filter_map(|part| {
-                let until = part.proven_until().filter(|until| *until > now)?;
-                Some((part, until))
-            })
-            .collect();
-        if proven.len() < self.shape.required() {
+        let proven = single::proven(self.views(), self.shape.required(), now);
+        if proven.is_empty() {
             self.mark_lost();
-            return Vec::new();
         }
         proven
     }
@@ -221,7 +218,7 @@ impl Guard {
             return;
         }
         if let Some(late) = &self.late {
-            late.lock().unwrap().lost = true;
+            LateParts::mark_lost(late);
         }
         tracing::debug!(lock = %self.name, "the guard can no longer prove its hold: lost");
     }
@@ -277,6 +274,8 @@ impl Guard {
     /// Dropping the returned future does not leave the lock held: the
     /// releases go on in the background.
     pub async fn unlock(mut self) -> Result<()> {
+        // A hold being released is not held too long.
+        drop(self.warning.take());
         let mut parts = std::mem::take(&mut self.parts);
         if let Some(late) = self.late.take() {
             parts.extend(LateParts::close(&late));

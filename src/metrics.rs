@@ -20,6 +20,7 @@
 //! | `multilock_lost_holds_total` | counter | node | holds found gone (a renewal, or a later grant, proved them over) |
 //! | `multilock_node_health_changes_total` | counter | node, state | a node became `suspect`, or `healthy` again |
 //! | `multilock_primary_switches_total` | counter | node | a Sentinel node's sentinels named a new primary (the first one counts) |
+//! | `multilock_hold_warnings_total` | counter | kind (node) | guards still held when their hold warning was due (`ClientBuilder::hold_warning`), one per guard at most |
 //! | `multilock_held` | gauge | kind, node | holds this process has now |
 //! | `multilock_fencing_floor_total` | counter | reason | fenced multi-node grants whose token came from the wall-clock floor, not a proof: `reason` is `new` (a name this client had not fenced lately) or `lost` (its counters were lost on too many nodes) |
 //!
@@ -94,6 +95,14 @@ mod recorded {
         metrics::counter!("multilock_releases_total", &labels).increment(1);
     }
 
+    pub(crate) fn hold_warning(kind: Kind, node: Option<&str>) {
+        let mut labels = vec![("kind", kind.to_owned())];
+        if let Some(node) = node {
+            labels.push(("node", node.to_owned()));
+        }
+        metrics::counter!("multilock_hold_warnings_total", &labels).increment(1);
+    }
+
     pub(crate) fn renewal(node: &str) {
         metrics::counter!("multilock_renewals_total", "node" => node.to_owned()).increment(1);
     }
@@ -133,6 +142,7 @@ mod recorded {
     pub(crate) fn acquired(_: Kind, _: Option<&str>, _: Duration, _: Option<Duration>) {}
     pub(crate) fn held(_: Kind, _: &str, _: f64) {}
     pub(crate) fn released(_: Kind, _: &str) {}
+    pub(crate) fn hold_warning(_: Kind, _: Option<&str>) {}
     pub(crate) fn renewal(_: &str) {}
     pub(crate) fn lost_hold(_: &str) {}
     pub(crate) fn health_changed(_: &str, _: bool) {}

@@ -66,6 +66,17 @@ pub(crate) fn check_max_hold(max_hold: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Checks a hold warning: from 1 ms to [`MAX_LEASE`], as a maximum hold
+/// time.
+pub(crate) fn check_hold_warning(after: Duration) -> Result<()> {
+    if after < Duration::from_millis(1) || after > MAX_LEASE {
+        return Err(Error::invalid(
+            "hold warning must be from 1 ms to ten years (MAX_LEASE)",
+        ));
+    }
+    Ok(())
+}
+
 /// `started + wait`, or a deadline too far to matter when that overflows
 /// (`Duration::MAX` means "no limit").
 pub(crate) fn deadline(started: Instant, wait: Duration) -> Instant {
@@ -161,6 +172,9 @@ mod tests {
         assert!(check_lease(MAX_LEASE + Duration::from_millis(1)).is_err());
         assert!(check_max_hold(Duration::from_millis(1)).is_ok());
         assert!(check_max_hold(Duration::ZERO).is_err());
+        assert!(check_hold_warning(Duration::from_millis(1)).is_ok());
+        assert!(check_hold_warning(Duration::ZERO).is_err());
+        assert!(check_hold_warning(MAX_LEASE + Duration::from_millis(1)).is_err());
     }
 
     #[test]

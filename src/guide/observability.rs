@@ -9,6 +9,13 @@
 //! `cargo run --example metrics --features metrics` serves them for
 //! Prometheus).
 //!
+//! A guard held longer than its hold warning
+//! ([`ClientBuilder::hold_warning`], `with_hold_warning`; none by default)
+//! logs one `WARN` event, once per guard: the lock (`lock`), its owner
+//! (`owner`), the nodes that still hold it (`nodes`) and how long it has
+//! been held (`held_ms`); with `metrics` it also counts one
+//! `multilock_hold_warnings_total`.
+//!
 //! # Metrics
 //!
 //!
@@ -28,6 +35,7 @@
 //! | `multilock_lost_holds_total` | counter | node | holds found gone |
 //! | `multilock_node_health_changes_total` | counter | node, state | a node became `suspect`, or `healthy` again |
 //! | `multilock_primary_switches_total` | counter | node | a Sentinel node's sentinels named a new primary (the first one counts); a Cluster node's slot changed hands |
+//! | `multilock_hold_warnings_total` | counter | kind (node) | guards still held when their hold warning was due ([`ClientBuilder::hold_warning`], `with_hold_warning`), one per guard at most |
 //! | `multilock_held` | gauge | kind, node | holds this process has now |
 //! | `multilock_fencing_floor_total` | counter | reason | fenced multi-node grants whose token came from the wall-clock floor, not a proof: `reason` is `new` (a name this client had not fenced lately) or `lost` (its counters were lost on too many nodes); see [`fencing`](super::fencing) |
 //!
@@ -36,3 +44,4 @@
 //! the one state worth reading directly, [`Node::health`].
 //!
 //! [`Node::health`]: crate::Node::health
+//! [`ClientBuilder::hold_warning`]: crate::ClientBuilder::hold_warning

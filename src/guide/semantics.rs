@@ -6,7 +6,7 @@
 //! `lock_with_lease`, `try_lock`, `try_lock_for`, `run_locked`,
 //! `run_locked_for`, `force_unlock`, `is_locked`, `hold_count`,
 //! `remaining_ttl`, `is_held_by_current_owner`, `with_owner`,
-//! `with_fencing`, `with_max_hold`) and all return a [`Guard`], so
+//! `with_fencing`, `with_max_hold`, `with_hold_warning`) and all return a [`Guard`], so
 //! everything here holds for each of them (see [`DistributedLock`]). How a
 //! multi-node round decides is in [`quorum`](super::quorum); the lock kinds
 //! (fair, read-write) in [`lock_kinds`](super::lock_kinds); the errors in
@@ -75,6 +75,13 @@
 //! lease while the hold is still proven (never reviving an expired one);
 //! `with_max_hold` ([`ClientBuilder::max_hold`] for every lock) caps how long
 //! the watchdog renews, so a stuck holder cannot keep a lock forever.
+//! `with_hold_warning` ([`ClientBuilder::hold_warning`] for every lock)
+//! changes nothing about the hold: a guard still held that long after it
+//! was handed out logs one warning (the lock, its owner, its nodes, how
+//! long held) and counts one `multilock_hold_warnings_total`, once per
+//! guard (a re-entry's guard is its own; a MultiLock's or RedLock's warns
+//! once for the whole hold). A guard unlocked, dropped or lost before then
+//! never warns, and without the setting nothing is started at all.
 //!
 //! # `Guard::lost`
 //!
@@ -187,6 +194,7 @@
 //! [`Lock::with_owner`]: crate::Lock::with_owner
 //! [`Guard::extend`]: crate::Guard::extend
 //! [`ClientBuilder::max_hold`]: crate::ClientBuilder::max_hold
+//! [`ClientBuilder::hold_warning`]: crate::ClientBuilder::hold_warning
 //! [`Guard::lost`]: crate::Guard::lost
 //! [`Guard::valid_until`]: crate::Guard::valid_until
 //! [`Guard::nodes`]: crate::Guard::nodes

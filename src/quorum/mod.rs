@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::guard::Guard;
 use crate::owner::Owner;
 use crate::single::{Lock, QueueSeats};
-use crate::timing::check_lease;
+use crate::timing::{check_hold_warning, check_lease};
 
 /// Default per-node timeout of one acquire request in a multi-node lock.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -42,6 +42,9 @@ pub struct QuorumLock<P: QuorumPolicy> {
     locks: Arc<[Lock]>,
     owner: Option<Owner>,
     node_timeout: Duration,
+    /// How long a guard may be held before the crate warns, for the whole
+    /// hold (`None`: never).
+    hold_warning: Option<Duration>,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -142,10 +145,22 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 P::NAME
             )));
         }
+        // A guard warns once for the whole hold, never per part: the parts
+        // must agree on when.
+        let hold_warning = locks[0].hold_warning();
+        if locks.iter().any(|lock| lock.hold_warning() != hold_warning) {
+            return Err(Error::invalid(format!(
+                "the parts of a {} must share one hold warning (with_hold_warning); \
+                 or set it on the {} itself",
+                P::NAME,
+                P::NAME
+            )));
+        }
         Ok(QuorumLock {
             locks: locks.iter().map(|lock| lock.as_part_of(P::LABEL)).collect(),
             owner: None,
             node_timeout: DEFAULT_NODE_TIMEOUT,
+            hold_warning,
             policy: PhantomData,
         })
     }
@@ -272,6 +287,36 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             locks: locks.into(),
+            ..self.clone()
+        })
+    }
+
+    /// This lock with its own hold warning (see [`Lock::with_hold_warning`]):
+    /// a guard still held `after` from when it was handed out warns once
+    /// for the whole hold, naming the nodes that still hold it, never once
+    /// per node. Overrides the parts' setting, which they must share
+    /// ([`Client::red_lock`](crate::Client::red_lock) refuses parts that
+    /// disagree; by default each part has the client's
+    /// [`ClientBuilder::hold_warning`](crate::ClientBuilder::hold_warning)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a duration under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(client: multilock::Client, nodes: Vec<multilock::Node>) -> multilock::Result<()> {
+    /// use std::time::Duration;
+    /// let red = client.red_lock_on(&nodes, "orders:42")?.with_hold_warning(Duration::from_secs(30))?;
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_hold_warning(&self, after: Duration) -> Result<Self> {
+        check_hold_warning(after)?;
+        Ok(Self {
+            hold_warning: Some(after),
             ..self.clone()
         })
     }
@@ -455,6 +500,7 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
             locks: self.locks.clone(),
             owner: self.owner.clone(),
             node_timeout: self.node_timeout,
+            hold_warning: self.hold_warning,
             policy: PhantomData,
         }
     }

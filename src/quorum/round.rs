@@ -23,7 +23,8 @@ use tracing::Instrument;
 use super::policy;
 use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
-use crate::guard::{Guard, LateParts, Shape};
+use crate::guard::{Guard, Shape};
+use crate::late_parts::LateParts;
 use crate::metrics;
 use crate::node::{Lane, Node};
 use crate::owner::Owner;
@@ -325,13 +326,9 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             node_timeout,
         };
         let parts = parts.into_iter().map(|(_, part)| part).collect();
-        Ok(Round::Won(Guard::quorum(
-            owner.clone(),
-            parts,
-            late,
-            shape,
-            token,
-        )))
+        // One hold warning for the whole hold, whatever its parts say.
+        let guard = Guard::quorum(owner.clone(), parts, late, shape, token);
+        Ok(Round::Won(guard.warned_after(self.hold_warning)))
     }
 
     /// For a policy that needs independent servers: no two nodes may be one

@@ -212,6 +212,28 @@ impl PartView {
     }
 }
 
+/// The parts of `views` that prove their hold at `now`, with until when
+/// (later than `now`); none when fewer than `required` do. The one judge
+/// of a guard's hold: its `lost()`, `valid_until()` and `nodes()`, and its
+/// hold warning.
+pub(crate) fn proven(
+    views: Vec<PartView>,
+    required: usize,
+    now: Instant,
+) -> Vec<(PartView, Instant)> {
+    let proven: Vec<(PartView, Instant)> = views
+        .into_iter()
+        .filter_map(|part| {
+            let until = part.proven_until().filter(|until| *until > now)?;
+            Some((part, until))
+        })
+        .collect();
+    if proven.len() < required {
+        return Vec::new();
+    }
+    proven
+}
+
 impl Drop for HeldPart {
     fn drop(&mut self) {
         if self.registration.is_none() {

@@ -34,7 +34,7 @@ pub use read_write::ReadWriteLock;
 
 /// The longest replica-sync wait ([`Lock::with_replica_sync`]): one minute.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-pub(crate) use hold::{HeldPart, PartView};
+pub(crate) use hold::{HeldPart, PartView, proven};
 
 /// A reentrant lock on one Redis node, compatible with Redisson's `RLock`.
 ///
@@ -102,6 +102,8 @@ struct LockInner {
     fencing: Fencing,
     /// How long a hold may be kept by renewal alone (`None`: no limit).
     max_hold: Option<Duration>,
+    /// How long a guard may be held before the crate warns (`None`: never).
+    hold_warning: Option<Duration>,
     /// What its metrics call it: a lock of its own, or a part of which
     /// quorum lock.
     kind: metrics::Kind,
@@ -113,7 +115,7 @@ struct LockInner {
 
 impl Lock {
     pub(crate) fn new(core: Arc<ClientCore>, node: Node, name: String) -> Result<Lock> {
-        let max_hold = core.max_hold;
+        let (max_hold, hold_warning) = (core.max_hold, core.hold_warning);
         if name.is_empty() {
             return Err(Error::invalid("lock name must not be empty"));
         }
@@ -126,6 +128,7 @@ impl Lock {
                 lane: Lane::of(&name),
                 fencing: Fencing::Off,
                 max_hold,
+                hold_warning,
                 kind: metrics::SINGLE,
                 replica_sync: None,
                 family: kind::Family::Reentrant,
@@ -366,6 +369,45 @@ impl Lock {
     pub fn with_max_hold(&self, max_hold: Duration) -> Result<Lock> {
         timing::check_max_hold(max_hold)?;
         Ok(self.rebuilt(|inner| inner.max_hold = Some(max_hold)))
+    }
+
+    /// This lock with its own hold warning: a guard of it still held
+    /// `after` from when it was handed out logs one `tracing` warning (the
+    /// lock, its owner, its node, how long held) and counts one
+    /// `multilock_hold_warnings_total` (feature `metrics`). Each guard warns
+    /// once at most (a re-entry's guard is a guard of its own); a guard
+    /// released, dropped or [lost](crate::Guard::lost) before then never
+    /// does. Unlike [`Lock::with_max_hold`], it changes nothing about the
+    /// hold. Overrides
+    /// [`ClientBuilder::hold_warning`](crate::ClientBuilder::hold_warning).
+    /// A [`MultiLock`](crate::MultiLock) or [`RedLock`](crate::RedLock)
+    /// warns for its whole hold by its own setting
+    /// ([`QuorumLock::with_hold_warning`](crate::QuorumLock::with_hold_warning)),
+    /// never for its parts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a duration under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let client = multilock::Client::new();
+    /// # let node = multilock::Node::new("redis://127.0.0.1:6379")?;
+    /// use std::time::Duration;
+    /// let job = client.lock(&node, "nightly-report")?.with_hold_warning(Duration::from_secs(600))?;
+    /// # Ok::<(), multilock::Error>(())
+    /// ```
+    #[must_use = "this returns a new handle and leaves the original as it was"]
+    pub fn with_hold_warning(&self, after: Duration) -> Result<Lock> {
+        timing::check_hold_warning(after)?;
+        Ok(self.rebuilt(|inner| inner.hold_warning = Some(after)))
+    }
+
+    /// How long a guard of this lock may be held before the crate warns.
+    pub(crate) fn hold_warning(&self) -> Option<Duration> {
+        self.inner.hold_warning
     }
 
     /// How the watchdog renews a hold granted by a request sent at

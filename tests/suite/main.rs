@@ -24,6 +24,7 @@ mod errors;
 mod failover;
 mod fair;
 mod fencing;
+mod hold_warning;
 mod hostile;
 mod inspect;
 mod late_release;

@@ -200,3 +200,30 @@ async fn a_sentinel_node_counts_its_switches_of_primary() {
     wait_until_lands_on(&lock, &new_primary, SWITCH).await;
     assert_eq!(switches(&recorded_for(node.addr())), 1);
 }
+
+/// A guard held past its hold warning counts once; a guard released
+/// before it does not count.
+#[tokio::test]
+async fn a_hold_warning_is_counted_once_per_guard() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    snapshotter();
+    let server = server().await;
+    let node = node(&server);
+    recorded_for(&addr(&server));
+    let client = Client::builder()
+        .watchdog_timeout(WATCHDOG)
+        .hold_warning(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let lock = client.lock(&node, "metered-warning").unwrap();
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    let held = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    held.unlock().await.unwrap();
+    let recorded = recorded_for(&addr(&server));
+    assert_eq!(
+        counter(&recorded, "multilock_hold_warnings_total{kind=lock}"),
+        1,
+        "{recorded:#?}"
+    );
+}

@@ -3,8 +3,6 @@
 //! condition of that node: a wait goes on through it, and only answers that
 //! can never change end it.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -311,53 +309,14 @@ async fn a_renewal_refused_busy_on_a_new_connection_does_not_lose_the_hold() {
     guard.unlock().await.unwrap();
 }
 
-/// A MakeWriter collecting the formatted log lines.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-    fn count(&self, needle: &str) -> usize {
-        self.text().lines().filter(|l| l.contains(needle)).count()
-    }
-}
-
 /// A server out of memory still answers what does not grow it (renewals,
 /// attempts on held locks) between its refusals: one condition, logged
 /// once. (Found by audit: each answer ended the condition and the next
 /// refusal began it again, two log lines per request.)
 #[test]
 fn a_steady_condition_is_logged_once() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("multilock=info")
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (captured, _default) = Captured::install("multilock=info");
+    let runtime = current_thread_runtime();
     runtime.block_on(async {
         let server = server().await;
         let node = node(&server);

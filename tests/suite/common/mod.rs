@@ -12,6 +12,8 @@ mod monitor;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use multilock::{Client, Guard, Lock, Node};
@@ -80,6 +82,64 @@ pub fn init_tracing() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// The formatted log lines of one thread, collected while the guard that
+/// [`Captured::install`] returns lives. Spawned tasks log on the thread
+/// that runs them: run the test on a [`current_thread_runtime`] built
+/// there.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    /// Collects the events `filter` lets through (`multilock=info`, say)
+    /// on this thread, until the returned guard is dropped.
+    pub fn install(filter: &str) -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        (
+            captured.clone(),
+            tracing::subscriber::set_default(subscriber),
+        )
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// The lines that contain `needle`.
+    pub fn lines(&self, needle: &str) -> Vec<String> {
+        let text = self.text();
+        text.lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    pub fn count(&self, needle: &str) -> usize {
+        self.lines(needle).len()
+    }
 }
 
 /// A plain connection to `url`, for looking at the server directly.
