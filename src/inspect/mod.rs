@@ -95,10 +95,20 @@ pub struct LockState {
     /// The server's clock when it answered: what a [`Waiter::deadline`],
     /// written in a client's clock, compares with.
     pub server_time: SystemTime,
+    /// Whether a list was cut short: more than 10,000 fields or waiters, or
+    /// more than 1,000 read holds in all (those past it have no TTL
+    /// listed). One inspect never holds the server long.
+    pub truncated: bool,
+    /// Keys of the lock's family that hold another type (a stray key under
+    /// a queue's or counter's name), each with the server's error: read
+    /// apart, so they hide nothing else.
+    pub unreadable: Vec<String>,
 }
 
 impl LockState {
-    /// Whether anyone holds the lock on this node.
+    /// Whether anyone holds the lock on this node: the hash has a holder's
+    /// field, whatever its count says (under Redisson's rule such a field
+    /// keeps everyone else out).
     ///
     /// # Examples
     ///
@@ -111,7 +121,7 @@ impl LockState {
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> bool {
-        self.holders.iter().any(|holder| holder.holds > 0)
+        !self.holders.is_empty()
     }
 }
 
@@ -153,8 +163,9 @@ pub struct Holder {
     /// The owner within the client: our task or explicit owner, a
     /// Redisson client's thread id.
     pub owner: String,
-    /// The hold count (re-entries included).
-    pub holds: u32,
+    /// The hold count (re-entries included). A value that is not a count
+    /// (another client's bug) reads as 0: the field still holds the lock.
+    pub holds: u64,
     /// Whether this is a read-write lock's writer.
     pub writer: bool,
     /// A reader's holds, one per hold (1..=`holds`), each with the time to
@@ -164,9 +175,11 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The holder of `field` with `holds`: the client id and owner split
-    /// at the field's first `:`, and a writer's `:write` taken off.
-    pub(crate) fn new(field: String, holds: u32, writer: bool) -> Holder {
+    /// The holder of `field` whose value is `count`: the client id and
+    /// owner split at the field's first `:`, and a writer's `:write` taken
+    /// off.
+    pub(crate) fn new(field: String, count: String, writer: bool) -> Holder {
+        let holds = count.trim().parse().unwrap_or(0);
         let who = if writer {
             field.strip_suffix(":write").unwrap_or(&field)
         } else {
@@ -224,6 +237,28 @@ pub struct FoundLock {
     pub read_write: bool,
 }
 
+/// What [`Node::find_locks`](crate::Node::find_locks) found, and the
+/// servers it could not scan (a Cluster's shard down: the others' locks are
+/// still listed).
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct FoundLocks {
+    /// The locks found, by name.
+    pub locks: Vec<FoundLock>,
+    /// The servers whose scan failed, each with its error.
+    pub unscanned: Vec<Unscanned>,
+}
+
+/// A server [`Node::find_locks`](crate::Node::find_locks) could not scan.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Unscanned {
+    /// The server's address.
+    pub node: String,
+    /// Why its scan failed.
+    pub error: Error,
+}
+
 /// `<client-uuid>:<owner>` as its two parts. A client id is a UUID (no
 /// `:`); the owner may hold any character.
 fn split_field(field: &str) -> (String, String) {
@@ -239,12 +274,14 @@ mod tests {
 
     #[test]
     fn fields_split_at_the_first_colon_and_writers_lose_their_suffix() {
-        let reader = Holder::new("c0ffee:task:7".into(), 2, false);
+        let reader = Holder::new("c0ffee:task:7".into(), "2".into(), false);
+        assert_eq!(reader.holds, 2);
         assert_eq!(
             (reader.client_id.as_str(), reader.owner.as_str()),
             ("c0ffee", "task:7")
         );
-        let writer = Holder::new("c0ffee:42:write".into(), 1, true);
+        let writer = Holder::new("c0ffee:42:write".into(), "many".into(), true);
+        assert_eq!(writer.holds, 0);
         assert_eq!(
             (writer.client_id.as_str(), writer.owner.as_str()),
             ("c0ffee", "42")

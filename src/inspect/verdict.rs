@@ -18,11 +18,14 @@ pub enum Verdict {
     /// released, or the leftovers of a failed round that a TTL or a
     /// rollback will clear.
     Split(Vec<Claim>),
-    /// Too few nodes answered to tell: an owner, or the lock's absence,
-    /// might have a quorum counting them. Names the nodes that did not
-    /// answer.
+    /// Too few nodes told their state to judge: an owner, or the lock's
+    /// absence, might have a quorum counting them. Names the nodes that
+    /// gave no state: no answer within the timeout, or an error in its
+    /// place (for example `WRONGTYPE`: the name holds something that is no
+    /// lock there; each node's error is in its
+    /// [`NodeInspection::state`](super::NodeInspection::state)).
     Unknown {
-        /// The addresses of the nodes that did not answer.
+        /// The addresses of the nodes that gave no state.
         unanswered: Vec<String>,
     },
 }
@@ -51,7 +54,7 @@ impl Verdict {
                     continue;
                 }
             };
-            for holder in state.holders.iter().filter(|holder| holder.holds > 0) {
+            for holder in &state.holders {
                 match claims.iter_mut().find(|claim| claim.field == holder.field) {
                     Some(claim) => claim.nodes.push(node.node.clone()),
                     None => claims.push(Claim {
@@ -100,13 +103,15 @@ mod tests {
             state: Ok(LockState {
                 holders: fields
                     .iter()
-                    .map(|field| Holder::new((*field).into(), 1, false))
+                    .map(|field| Holder::new((*field).into(), "1".into(), false))
                     .collect(),
                 ttl: None,
                 mode: None,
                 queue: Vec::new(),
                 fencing_counter: None,
                 server_time: SystemTime::UNIX_EPOCH,
+                truncated: false,
+                unreadable: Vec::new(),
             }),
         }
     }
@@ -166,6 +171,17 @@ mod tests {
             Verdict::Unknown { .. }
         ));
         assert_eq!(Verdict::judge(1, &[answered("n1", &[])]), Verdict::Free);
+    }
+
+    #[test]
+    fn a_field_holds_whatever_its_count_says() {
+        let mut node = answered("n1", &[]);
+        if let Ok(state) = &mut node.state {
+            state
+                .holders
+                .push(Holder::new("a:1".into(), "many".into(), false));
+        }
+        assert!(matches!(Verdict::judge(1, &[node]), Verdict::Held(_)));
     }
 
     #[test]

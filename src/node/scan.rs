@@ -4,9 +4,9 @@
 
 use futures::future::join_all;
 
-use super::Node;
+use super::{Lane, Node};
 use crate::error::Result;
-use crate::inspect::FoundLock;
+use crate::inspect::{FoundLock, FoundLocks, Unscanned};
 use crate::protocol;
 
 impl Node {
@@ -14,19 +14,26 @@ impl Node {
     /// `orders:*`; `*` for all): hashes of Redisson's lock shape (fields
     /// `<client-uuid>:<owner>` with hold counts, and a read-write lock's
     /// `mode`), told from other hashes by a sample of their fields. A
-    /// Cluster node scans each primary in turn; a Sentinel node its
-    /// primary. Keys are read in steps of `SCAN … COUNT 1000 TYPE hash`
-    /// (Redis 6.2+), so a large keyspace costs time, never a blocked
-    /// server. A key that moves or expires during the scan may be missed,
-    /// as `SCAN` promises no more.
+    /// Cluster node scans each primary in turn, and lists the locks of
+    /// those it could scan beside the ones it could not
+    /// ([`FoundLocks::unscanned`]); a Sentinel node scans its primary. Keys
+    /// are read in steps of `SCAN … COUNT 1000 TYPE hash` (Redis 6.2+), so
+    /// a large keyspace costs time, never a blocked server. A key that
+    /// moves or expires during the scan may be missed, as `SCAN` promises
+    /// no more; a Cluster's key found on a shard that is importing it is
+    /// sampled where its slot's owner redirects.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn demo() -> multilock::Result<()> {
     /// let node = multilock::Node::new("redis://127.0.0.1:6379")?;
-    /// for lock in node.find_locks("orders:*").await? {
+    /// let found = node.find_locks("orders:*").await?;
+    /// for lock in &found.locks {
     ///     println!("{} on {}", lock.name, lock.node);
+    /// }
+    /// for failed in &found.unscanned {
+    ///     println!("{} not scanned: {}", failed.node, failed.error);
     /// }
     /// # Ok(()) }
     /// ```
@@ -34,24 +41,44 @@ impl Node {
     /// # Errors
     ///
     /// [`Error::NodeUnavailable`](crate::Error::NodeUnavailable) /
-    /// [`Error::Redis`](crate::Error::Redis) when a server fails a `SCAN`.
+    /// [`Error::Redis`](crate::Error::Redis) when a standalone or Sentinel
+    /// node's server fails a `SCAN`, or a Cluster's slot map cannot be had.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: read only.
-    pub async fn find_locks(&self, pattern: &str) -> Result<Vec<FoundLock>> {
+    pub async fn find_locks(&self, pattern: &str) -> Result<FoundLocks> {
         #[cfg(feature = "cluster")]
         if let Some(map) = self.cluster_map() {
             map.refresh().await?;
-            let mut found = Vec::new();
+            let mut found = FoundLocks::default();
             for shard in map.shard_nodes() {
-                found.extend(Box::pin(shard.find_locks(pattern)).await?);
+                match Box::pin(self.scan_server(&shard, pattern)).await {
+                    Ok(locks) => found.locks.extend(locks),
+                    Err(error) => found.unscanned.push(Unscanned {
+                        node: shard.addr().to_owned(),
+                        error,
+                    }),
+                }
             }
-            found.sort_by(|a, b| a.name.cmp(&b.name));
+            found.locks.sort_by(|a, b| a.name.cmp(&b.name));
             return Ok(found);
         }
-        self.refuse_if_suspect().await?;
-        let mut conn = self.checkout_any_conn().await?;
+        let mut locks = self.scan_server(self, pattern).await?;
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(FoundLocks {
+            locks,
+            unscanned: Vec::new(),
+        })
+    }
+
+    /// The locks on `server`: this node, or one of its cluster's shards.
+    /// Each hash found is sampled through this node, which on a cluster
+    /// routes by the key's slot and follows `ASK` to where it is imported.
+    async fn scan_server(&self, server: &Node, pattern: &str) -> Result<Vec<FoundLock>> {
+        server.refuse_if_suspect().await?;
+        let mut conn = server.checkout_any_conn().await?;
+        let routed = self.cluster_map().is_some();
         let mut found = Vec::new();
         let mut cursor = 0;
         loop {
@@ -59,28 +86,31 @@ impl Node {
             // Sampled at once: the shared connection pipelines them.
             let shapes = join_all(keys.iter().map(|key| {
                 let mut conn = conn.share();
-                async move { conn.run(&protocol::sample_lock_shape(key)).await }
+                async move {
+                    let sample = protocol::sample_lock_shape(key);
+                    match routed {
+                        true => self.run(Lane::of(key), &sample).await,
+                        false => conn.run(&sample).await,
+                    }
+                }
             }))
             .await;
             for (name, shape) in keys.into_iter().zip(shapes) {
                 match shape {
                     Ok(Some(read_write)) => found.push(FoundLock {
                         name,
-                        node: self.addr().to_owned(),
+                        node: server.addr().to_owned(),
                         read_write,
                     }),
                     Ok(None) => {}
-                    // Moved to another shard or gone meanwhile: its new
-                    // owner's scan finds it, or it is no lock any more.
+                    // Gone meanwhile, or moved to a shard scanned already.
                     Err(err) => tracing::debug!(key = %name, error = %err, "a hash not sampled"),
                 }
             }
             if next == 0 {
-                break;
+                return Ok(found);
             }
             cursor = next;
         }
-        found.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(found)
     }
 }

@@ -183,7 +183,7 @@ async fn readers_show_each_read_hold_and_a_writer_shows_as_such() {
     let inspection = rw.write().inspect().await.unwrap();
     let state = answered(&inspection, 0);
     assert_eq!(state.mode, Some(Mode::Read));
-    let mut readers: Vec<(&str, u32, usize)> = state
+    let mut readers: Vec<(&str, u64, usize)> = state
         .holders
         .iter()
         .map(|h| (h.owner.as_str(), h.holds, h.read_holds.len()))
@@ -340,9 +340,8 @@ async fn inspect_never_writes() {
     for line in &seen {
         let read = match line.command() {
             "evalsha" => line.args[1] == sha,
-            "hgetall" | "hexists" | "pttl" | "lrange" | "zrange" | "get" | "time" => {
-                line.from_script
-            }
+            "hlen" | "hscan" | "hgetall" | "hexists" | "pttl" | "lrange" | "llen" | "zscore"
+            | "get" | "time" => line.from_script,
             "ping" | "client" | "hello" | "echo" => !line.from_script,
             _ => false,
         };
@@ -400,7 +399,7 @@ async fn find_locks_finds_only_the_locks_among_ten_thousand_keys() {
         .await
         .unwrap();
 
-    let found = node.find_locks("orders:*").await.unwrap();
+    let found = node.find_locks("orders:*").await.unwrap().locks;
     let names: Vec<(&str, bool)> = found
         .iter()
         .map(|lock| (lock.name.as_str(), lock.read_write))
@@ -410,7 +409,7 @@ async fn find_locks_finds_only_the_locks_among_ten_thousand_keys() {
         [("orders:1", false), ("orders:2", false), ("orders:3", true)]
     );
     assert!(found.iter().all(|lock| lock.node == addr(&server)));
-    let all = node.find_locks("*").await.unwrap();
+    let all = node.find_locks("*").await.unwrap().locks;
     assert_eq!(all.len(), 4, "{all:?}");
 }
 
@@ -435,7 +434,7 @@ async fn on_a_cluster_inspect_routes_by_slot_and_find_locks_scans_every_primary(
     let holder = &answered(&inspection, 0).holders[0];
     assert_eq!((holder.owner.as_str(), holder.holds), ("c", 1));
 
-    let found = node.find_locks("*").await.unwrap();
+    let found = node.find_locks("*").await.unwrap().locks;
     let mut found_names: Vec<&str> = found.iter().map(|lock| lock.name.as_str()).collect();
     found_names.sort();
     let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -463,7 +462,7 @@ async fn on_a_sentinel_primary_inspect_and_find_locks_read_the_primary() {
         .await
         .unwrap();
     assert_eq!(answered(&inspection, 0).holders[0].owner, "s");
-    let found = node.find_locks("inspect:*").await.unwrap();
+    let found = node.find_locks("inspect:*").await.unwrap().locks;
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].name, "inspect:s");
 }

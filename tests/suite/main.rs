@@ -27,6 +27,7 @@ mod fencing;
 mod hold_warning;
 mod hostile;
 mod inspect;
+mod inspect_edges;
 mod late_release;
 mod let_go;
 #[cfg(feature = "metrics")]
