@@ -217,14 +217,16 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
     let holders_changed = out
         .iter()
         .any(|change| matches!(change.event, "grant" | "release" | "count"));
-    if let (Some(before), Some(after)) = (last.ttl, state.ttl) {
-        if after > before && !holders_changed && !state.holders.is_empty() {
-            out.push(Change {
-                event: "renewal",
-                field: None,
-                detail: format!("ttl {} -> {}", human(before), human(after)),
-            });
-        }
+    if let (Some(before), Some(after)) = (last.ttl, state.ttl)
+        && after > before
+        && !holders_changed
+        && !state.holders.is_empty()
+    {
+        out.push(Change {
+            event: "renewal",
+            field: None,
+            detail: format!("ttl {} -> {}", human(before), human(after)),
+        });
     }
     out
 }
