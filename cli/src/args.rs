@@ -131,8 +131,8 @@ pub enum Command {
 /// The nodes a command talks to.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
-    /// A node's URL (redis://[user:password@]host:port[/db], rediss:// with
-    /// the `tls` feature); repeat it for a RedLock, or for a Sentinel
+    /// A node's URL (`redis://[user:password@]host:port[/db]`, `rediss://`
+    /// with the `tls` feature); repeat it for a RedLock, or for a Sentinel
     /// group's sentinels or a Cluster's seeds.
     #[arg(long = "node", value_name = "URL", required = true)]
     pub nodes: Vec<String>,
