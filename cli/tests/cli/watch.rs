@@ -100,3 +100,28 @@ async fn re_entries_renewals_and_waiters_as_json_lines() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_node_going_down_and_coming_back() {
+    let mut server = RedisProcess::start().await.unwrap();
+    let mut watch = Watch::start(&args(
+        &[
+            "watch",
+            "orders:1",
+            "--interval",
+            "100ms",
+            "--timeout",
+            "1s",
+            "--changes",
+            "2",
+        ],
+        &node_args(&server.url()),
+    ));
+    watch.line_with(" state ").await;
+    server.kill().await.unwrap();
+    let down = watch.line_with(" down ").await;
+    assert!(down.contains("no answer"), "{down}");
+    server.restart().await.unwrap();
+    watch.line_with(" up ").await;
+    assert_eq!(watch.exit_code().await, Some(0));
+}
