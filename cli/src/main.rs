@@ -1,0 +1,144 @@
+//! `multilock`: an operator's command line for distributed locks on Redis,
+//! multilock's and Redisson's alike (see `multilock --help` and the
+//! crate's README).
+//!
+//! One module per subcommand ([`inspect`], [`watch`], [`list`],
+//! [`unlock`]), the command line in [`args`], nodes and lock handles in
+//! [`target`], formats in [`output`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod args;
+mod inspect;
+mod list;
+mod output;
+mod target;
+mod unlock;
+mod watch;
+
+use args::{Cli, Command};
+
+/// How a command ended, when it ran to the end.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It did what was asked: exit 0.
+    Done,
+    /// It ran, but a node failed (said why on stderr): exit 1.
+    Failed(String),
+    /// `unlock`: nothing was held, nothing deleted: exit 3.
+    NothingHeld,
+    /// `unlock`: not confirmed: exit 4.
+    NotConfirmed,
+}
+
+/// Why a command stopped early.
+#[derive(Debug)]
+pub enum Failure {
+    /// The library refused or failed (a bad URL, no node answered ...):
+    /// exit 1.
+    Lock(multilock::Error),
+    /// Bad use the argument parser cannot see: exit 2.
+    Usage(String),
+    /// Anything else: exit 1.
+    Other(String),
+}
+
+impl From<multilock::Error> for Failure {
+    fn from(err: multilock::Error) -> Self {
+        Failure::Lock(err)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let urls = node_urls(&cli.command);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("multilock: cannot start the runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Inspect(args) => inspect::run(args).await,
+            Command::Watch(args) => watch::run(args).await,
+            Command::List(args) => list::run(args).await,
+            Command::Unlock(args) => unlock::run(args).await,
+        }
+    });
+    // Background work of the nodes (health pollers, subscriptions) ends
+    // with the runtime; none of it may keep the process alive.
+    runtime.shutdown_background();
+    let (code, message) = match result {
+        Ok(Outcome::Done) => (0, None),
+        Ok(Outcome::Failed(why)) => (1, Some(why)),
+        Ok(Outcome::NothingHeld) => (3, None),
+        Ok(Outcome::NotConfirmed) => (4, None),
+        Err(Failure::Lock(err)) => (1, Some(err.to_string())),
+        Err(Failure::Usage(why)) => (2, Some(why)),
+        Err(Failure::Other(why)) => (1, Some(why)),
+    };
+    if let Some(message) = message {
+        eprintln!("multilock: {}", scrub(&message, &urls));
+    }
+    ExitCode::from(code)
+}
+
+/// The URLs given with `--node`.
+fn node_urls(command: &Command) -> Vec<String> {
+    match command {
+        Command::Inspect(args) => args.nodes.nodes.clone(),
+        Command::Watch(args) => args.nodes.nodes.clone(),
+        Command::List(args) => args.nodes.nodes.clone(),
+        Command::Unlock(args) => args.nodes.nodes.clone(),
+    }
+}
+
+/// `message` with every given URL redacted and any password in them
+/// replaced: a last guard, since the library's errors redact already.
+fn scrub(message: &str, urls: &[String]) -> String {
+    let mut message = message.to_owned();
+    for url in urls {
+        message = message.replace(url.as_str(), &target::redact_url(url));
+        if let Some(secret) = password_of(url) {
+            message = message.replace(secret, "***");
+        }
+    }
+    message
+}
+
+/// The `user:password` part of a URL, when it has one.
+fn password_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let credentials = &rest[..rest.rfind('@')?];
+    let password = credentials
+        .split_once(':')
+        .map_or(credentials, |(_, pw)| pw);
+    (password.len() >= 3).then_some(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_lose_urls_and_passwords() {
+        let urls = vec!["redis://app:hunter2@127.0.0.1:1".to_owned()];
+        assert_eq!(
+            scrub("at redis://app:hunter2@127.0.0.1:1: hunter2", &urls),
+            "at redis://***@127.0.0.1:1: ***"
+        );
+        assert_eq!(password_of("redis://:s3cret@h:1"), Some("s3cret"));
+        assert_eq!(password_of("redis://h:1"), None);
+    }
+}

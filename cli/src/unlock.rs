@@ -1,0 +1,127 @@
+//! `multilock unlock --force`: inspect, confirm, then on each node that
+//! holds the lock the force unlock of the kind stored there (Redisson's
+//! `forceUnlock`: the key deleted and the unlock message published, so
+//! every client's waiters wake).
+
+use multilock::DistributedLock;
+use multilock::inspect::{LockState, Mode};
+
+use crate::args::{UnlockArgs, UnlockKind};
+use crate::output::verdict_text;
+use crate::target::{Kind, Target};
+use crate::{Failure, Outcome};
+
+/// Force-unlocks the lock on every node that holds it, after a
+/// confirmation unless `--yes`.
+pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
+    if !args.force {
+        return Err(Failure::Usage(format!(
+            "refusing to unlock {}: deleting a lock someone holds breaks their mutual exclusion; \
+             add --force to do it anyway",
+            args.name
+        )));
+    }
+    let target = Target::new(&args.nodes)?;
+    let inspection = target.handle(&args.name, Kind::Lock)?.inspect().await?;
+
+    // What to do on each node: the force unlock of the kind found there,
+    // nothing where nothing is held, and nothing where the node did not
+    // answer (its kind is unknown; it is reported).
+    let mut plan = Vec::new();
+    let mut failed = 0;
+    for (node, answer) in target.nodes.iter().zip(&inspection.nodes) {
+        match &answer.state {
+            Err(err) => {
+                eprintln!("{}: not inspected, left alone: {err}", answer.node);
+                failed += 1;
+            }
+            Ok(state) if state.holders.is_empty() => {}
+            Ok(state) => match kind_for(args.kind, state) {
+                Some(kind) => plan.push((node, answer.node.clone(), kind)),
+                None => eprintln!(
+                    "{}: holds no read-write lock (no mode); --kind lock or auto unlocks it",
+                    answer.node
+                ),
+            },
+        }
+    }
+    if plan.is_empty() {
+        println!(
+            "{}: not held on any node that answered; nothing deleted",
+            args.name
+        );
+        return Ok(if failed > 0 {
+            Outcome::Failed(format!("{failed} node(s) not inspected"))
+        } else {
+            Outcome::NothingHeld
+        });
+    }
+
+    println!("{}: {}", args.name, verdict_text(&inspection.verdict));
+    for (_, addr, kind) in &plan {
+        println!("  {addr}: {} force unlock", kind.as_str());
+    }
+    if !args.yes && !confirm(&args.name).await? {
+        println!("not confirmed; nothing deleted");
+        return Ok(Outcome::NotConfirmed);
+    }
+
+    let mut deleted = 0;
+    for (node, addr, kind) in plan {
+        let lock = target.single(node, &args.name, kind)?;
+        match lock.force_unlock().await {
+            Ok(true) => {
+                deleted += 1;
+                println!("{addr}: deleted, waiters notified");
+            }
+            Ok(false) => println!("{addr}: no longer held, nothing deleted"),
+            Err(err) => {
+                failed += 1;
+                eprintln!("{addr}: force unlock failed: {err}");
+            }
+        }
+    }
+    Ok(if failed > 0 {
+        Outcome::Failed(format!("{failed} node(s) failed"))
+    } else if deleted == 0 {
+        Outcome::NothingHeld
+    } else {
+        Outcome::Done
+    })
+}
+
+/// The force unlock to use on a node that stores `state`, or `None` when
+/// `--kind rw` finds no read-write lock there.
+fn kind_for(requested: UnlockKind, state: &LockState) -> Option<Kind> {
+    let by_mode = |mode: Option<Mode>| match mode {
+        Some(Mode::Read) => Some(Kind::Read),
+        Some(Mode::Write) => Some(Kind::Write),
+        None => None,
+    };
+    match requested {
+        UnlockKind::Lock => Some(Kind::Lock),
+        UnlockKind::Fair => Some(Kind::Fair),
+        UnlockKind::Rw => by_mode(state.mode),
+        UnlockKind::Auto => Some(by_mode(state.mode).unwrap_or(if state.queue.is_empty() {
+            Kind::Lock
+        } else {
+            Kind::Fair
+        })),
+    }
+}
+
+/// Asks on stderr, reads a line from stdin: `y`, `yes` or the lock's name
+/// confirm; anything else, or the end of input, does not.
+async fn confirm(name: &str) -> Result<bool, Failure> {
+    eprint!("force-unlock {name}? type y or the lock's name to confirm [y/N]: ");
+    let name = name.to_owned();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|err| Failure::Other(format!("reading the confirmation: {err}")))?
+    .map_err(|err| Failure::Other(format!("reading the confirmation: {err}")))?;
+    let answer = answer.trim();
+    Ok(answer.eq_ignore_ascii_case("y") || answer.eq_ignore_ascii_case("yes") || answer == name)
+}
