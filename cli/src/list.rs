@@ -8,14 +8,21 @@ use crate::target::Target;
 use crate::{Failure, Outcome};
 
 /// Scans each node for lock hashes matching the pattern and prints them.
-/// A node that fails is reported, and the others still listed.
+/// A node (or a Cluster's shard) that fails is reported, and the others
+/// still listed.
 pub async fn run(args: ListArgs) -> Result<Outcome, Failure> {
     let target = Target::new(&args.nodes)?;
     let mut locks = Vec::new();
     let mut errors = Vec::new();
     for node in &target.nodes {
         match node.find_locks(&args.pattern).await {
-            Ok(found) => locks.extend(found),
+            Ok(found) => {
+                locks.extend(found.locks);
+                // A Cluster's shard that failed: the others are listed.
+                for failed in found.unscanned {
+                    errors.push((failed.node, failed.error.to_string()));
+                }
+            }
             Err(err) => errors.push((node.addr().to_owned(), err.to_string())),
         }
     }
