@@ -47,7 +47,8 @@ counter), so --kind only picks the handle; the default `lock` fits all.
                            \"writer\": bool, \"read_holds_ttl_ms\": [int|null]}],
               \"queue\": [{\"field\": str, \"client_id\": str, \"owner\": str,
                          \"deadline_ms\": int|null, \"deadline_in_ms\": int|null}],
-              \"fencing_counter\": int|null, \"server_time_ms\": int|null}]}
+              \"fencing_counter\": int|null, \"server_time_ms\": int|null,
+              \"truncated\": bool, \"unreadable\": [str]}]}
   (times in ms; deadline_ms is epoch ms in the waiter's client's clock,
    deadline_in_ms is relative to the node's clock, negative once passed)
 

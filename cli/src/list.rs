@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use crate::args::ListArgs;
+use crate::output::error_chain;
 use crate::target::Target;
 use crate::{Failure, Outcome};
 
@@ -20,10 +21,10 @@ pub async fn run(args: ListArgs) -> Result<Outcome, Failure> {
                 locks.extend(found.locks);
                 // A Cluster's shard that failed: the others are listed.
                 for failed in found.unscanned {
-                    errors.push((failed.node, failed.error.to_string()));
+                    errors.push((failed.node, error_chain(&failed.error)));
                 }
             }
-            Err(err) => errors.push((node.addr().to_owned(), err.to_string())),
+            Err(err) => errors.push((node.addr().to_owned(), error_chain(&err))),
         }
     }
     let kind = |read_write: bool| if read_write { "rw" } else { "lock" };

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Failed(why)) => (1, Some(why)),
         Ok(Outcome::NothingHeld) => (3, None),
         Ok(Outcome::NotConfirmed) => (4, None),
-        Err(Failure::Lock(err)) => (1, Some(err.to_string())),
+        Err(Failure::Lock(err)) => (1, Some(output::error_chain(&err))),
         Err(Failure::Usage(why)) => (2, Some(why)),
         Err(Failure::Other(why)) => (1, Some(why)),
     };

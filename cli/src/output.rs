@@ -94,9 +94,10 @@ fn node_json(node: &NodeInspection) -> Value {
         Ok(state) => state,
         Err(err) => {
             return json!({
-                "node": node.node, "name": node.name, "ok": false, "error": err.to_string(),
+                "node": node.node, "name": node.name, "ok": false, "error": error_chain(err),
                 "ttl_ms": null, "mode": null, "holders": [], "queue": [],
                 "fencing_counter": null, "server_time_ms": null,
+                "truncated": false, "unreadable": [],
             });
         }
     };
@@ -133,6 +134,8 @@ fn node_json(node: &NodeInspection) -> Value {
         "holders": holders, "queue": queue,
         "fencing_counter": state.fencing_counter,
         "server_time_ms": epoch_ms(state.server_time),
+        "truncated": state.truncated,
+        "unreadable": state.unreadable,
     })
 }
 
@@ -161,13 +164,29 @@ pub fn inspection_text(name: &str, inspection: &Inspection) -> String {
         match &node.state {
             Ok(state) => node_text(&mut out, node, state),
             Err(err) => {
-                let _ = writeln!(out, "node {}: NO ANSWER: {err}", node.node);
+                let _ = writeln!(out, "node {}: NO ANSWER: {}", node.node, error_chain(err));
             }
         }
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "verdict: {}", verdict_text(&inspection.verdict));
     out
+}
+
+/// An error and its sources, one after another (the library's errors
+/// redact passwords; a server's answer, such as `WRONGTYPE`, is a source).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
@@ -183,6 +202,15 @@ fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
         .map(|counter| counter.to_string())
         .unwrap_or_else(|| "-".to_owned());
     let _ = writeln!(out, "  ttl {ttl}   mode {mode}   fencing counter {fencing}");
+    for key in &state.unreadable {
+        let _ = writeln!(out, "  unreadable: {key}");
+    }
+    if state.truncated {
+        let _ = writeln!(
+            out,
+            "  (cut short: more than 10,000 fields or waiters, or 1,000 read holds, were not all read)"
+        );
+    }
     if state.holders.is_empty() {
         let _ = writeln!(out, "  holders: none");
     } else {

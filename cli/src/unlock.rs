@@ -7,7 +7,7 @@ use multilock::DistributedLock;
 use multilock::inspect::{LockState, Mode};
 
 use crate::args::{UnlockArgs, UnlockKind};
-use crate::output::verdict_text;
+use crate::output::{error_chain, verdict_text};
 use crate::target::{Kind, Target};
 use crate::{Failure, Outcome};
 
@@ -32,7 +32,11 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
     for (node, answer) in target.nodes.iter().zip(&inspection.nodes) {
         match &answer.state {
             Err(err) => {
-                eprintln!("{}: not inspected, left alone: {err}", answer.node);
+                eprintln!(
+                    "{}: not inspected, left alone: {}",
+                    answer.node,
+                    error_chain(err)
+                );
                 failed += 1;
             }
             Ok(state) if state.holders.is_empty() => {}
@@ -77,7 +81,7 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
             Ok(false) => println!("{addr}: no longer held, nothing deleted"),
             Err(err) => {
                 failed += 1;
-                eprintln!("{addr}: force unlock failed: {err}");
+                eprintln!("{addr}: force unlock failed: {}", error_chain(&err));
             }
         }
     }

@@ -10,7 +10,7 @@ use multilock::inspect::LockState;
 use serde_json::json;
 
 use crate::args::WatchArgs;
-use crate::output::{human, rfc3339};
+use crate::output::{error_chain, human, rfc3339};
 use crate::target::{Kind, Target};
 use crate::{Failure, Outcome};
 
@@ -46,7 +46,7 @@ pub async fn run(args: WatchArgs) -> Result<Outcome, Failure> {
             let inspection = handle.inspect().await?;
             let now = SystemTime::now();
             for node in inspection.nodes {
-                let answer: Answer = node.state.map_err(|err| err.to_string());
+                let answer: Answer = node.state.map_err(|err| error_chain(&err));
                 let changes = match (up.get(&node.node), &answer) {
                     (None, _) => vec![initial(&answer)],
                     (Some(was_up), _) => changes(*was_up, last.get(&node.node), &answer),
