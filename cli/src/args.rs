@@ -25,7 +25,8 @@ Exit codes:
      (inspect: no node answered; unlock: a node not inspected or failing)
   2  usage: bad arguments (unlock: --force missing)
   3  unlock: nothing was held, nothing deleted
-  4  unlock: not confirmed";
+  4  unlock: not confirmed
+  141 stdout was closed (the reader of a pipe left, as with `| head`)";
 
 const INSPECT_HELP: &str = "\
 Examples:
@@ -97,10 +98,13 @@ too) wake at once. The lock is inspected first; --kind auto (the default)
 then picks, per node: a read-write lock's force unlock in the mode it is in,
 else the fair lock's when waiters queue, else the reentrant lock's. --kind rw
 uses the mode found; --kind lock / fair force that kind. Nodes that could not
-be inspected are left alone. Without --yes, asks for y on stdin.
+be inspected are left alone. Without --yes, asks for y on stdin, then
+inspects again: if the holders changed meanwhile, nothing is deleted.
 
 Exit codes: 0 deleted (on at least one node), 1 a node failed (or was not
-inspected), 2 usage (also without --force), 3 nothing was held, 4 not confirmed.";
+inspected, or the holders changed before the confirmation, or --kind does not
+match what is held), 2 usage (also without --force), 3 nothing was held,
+4 not confirmed.";
 
 /// `multilock`: inspect, watch, list and force-unlock distributed locks on
 /// Redis, ours and Redisson's.
@@ -210,8 +214,8 @@ pub struct WatchArgs {
     /// How often to read the lock (e.g. 250ms, 1s, 1m).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
     pub interval: Duration,
-    /// Exit after printing this many changes.
-    #[arg(long, value_name = "N")]
+    /// Exit after printing this many changes (1 or more).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub changes: Option<u64>,
     /// One JSON object per line.
     #[arg(long)]
@@ -271,7 +275,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !(seconds > 0.0 && seconds.is_finite() && seconds < 86_400.0 * 365.0) {
         return Err(format!("`{text}` must be above zero"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    // Checked after the conversion: a tiny number rounds to zero.
+    let duration = Duration::from_secs_f64(seconds);
+    if duration < Duration::from_millis(1) {
+        return Err(format!("`{text}` is below a millisecond"));
+    }
+    Ok(duration)
 }
 
 #[cfg(test)]
@@ -291,6 +300,7 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("0.0000001ms").is_err());
         assert!(parse_duration("5h").is_err());
         assert!(parse_duration("fast").is_err());
     }

@@ -18,9 +18,12 @@ pub async fn run(args: InspectArgs) -> Result<Outcome, Failure> {
     };
     let inspection = target.handle(&args.name, kind)?.inspect().await?;
     if args.json {
-        println!("{}", inspection_json(&args.name, &inspection));
+        out!("{}", inspection_json(&args.name, &inspection));
     } else {
-        print!("{}", inspection_text(&args.name, &inspection));
+        out!(
+            "{}",
+            inspection_text(&args.name, &inspection).trim_end_matches('\n')
+        );
     }
     if inspection.nodes.iter().all(|node| node.state.is_err()) {
         return Ok(Outcome::Failed("no node answered".to_owned()));

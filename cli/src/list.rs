@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::args::ListArgs;
-use crate::output::error_chain;
+use crate::output::{error_chain, shown};
 use crate::target::Target;
 use crate::{Failure, Outcome};
 
@@ -39,14 +39,14 @@ pub async fn run(args: ListArgs) -> Result<Outcome, Failure> {
             .iter()
             .map(|(node, error)| json!({"node": node, "error": error}))
             .collect();
-        println!(
+        out!(
             "{}",
             json!({"pattern": args.pattern, "locks": locks, "errors": errors})
         );
     } else {
         let width = locks
             .iter()
-            .map(|lock| lock.name.len())
+            .map(|lock| shown(&lock.name).len())
             .max()
             .unwrap_or(4)
             .max(4);
@@ -56,11 +56,11 @@ pub async fn run(args: ListArgs) -> Result<Outcome, Failure> {
             .max()
             .unwrap_or(4)
             .max(4);
-        println!("{:<width$}  {:<node_width$}  KIND", "NAME", "NODE");
+        out!("{:<width$}  {:<node_width$}  KIND", "NAME", "NODE");
         for lock in &locks {
-            println!(
+            out!(
                 "{:<width$}  {:<node_width$}  {}",
-                lock.name,
+                shown(&lock.name),
                 lock.node,
                 kind(lock.read_write)
             );

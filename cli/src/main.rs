@@ -9,9 +9,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// `println!` to stdout, which ends the process quietly (exit 141, as a
+/// process killed by SIGPIPE) once the reader is gone: `multilock list |
+/// head` is no panic.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
 
 mod args;
 mod inspect;
@@ -54,8 +64,26 @@ impl From<multilock::Error> for Failure {
     }
 }
 
+/// Writes one line to stdout; see [`out!`].
+pub fn write_out(line: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(err) = stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+    {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("multilock: writing the output: {err}");
+        std::process::exit(1);
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage(&err),
+    };
     let urls = node_urls(&cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -92,6 +120,22 @@ fn main() -> ExitCode {
         eprintln!("multilock: {}", scrub(&message, &urls));
     }
     ExitCode::from(code)
+}
+
+/// Prints clap's message (help, or a usage error) with every password in
+/// the arguments masked: clap echoes a stray argument as it was typed, a
+/// URL passed without `--node` included. Exits as clap would.
+fn usage(err: &clap::Error) -> ExitCode {
+    let urls: Vec<String> = std::env::args()
+        .filter(|arg| arg.contains("://") && arg.contains('@'))
+        .collect();
+    let text = scrub(&err.render().to_string(), &urls);
+    if err.use_stderr() {
+        eprint!("{text}");
+    } else {
+        let _ = write!(std::io::stdout(), "{text}");
+    }
+    ExitCode::from(err.exit_code().clamp(0, 255) as u8)
 }
 
 /// The URLs given with `--node`.

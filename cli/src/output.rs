@@ -35,6 +35,22 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// Text from the server as it may be shown on a terminal: control
+/// characters (a newline, an escape sequence) escaped, so a name or a field
+/// someone wrote cannot forge a line of output or recolour it.
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// A duration for people: `850ms`, `29.5s`, `4m03s`.
 pub fn human(duration: Duration) -> String {
     let ms = duration.as_millis();
@@ -48,17 +64,18 @@ pub fn human(duration: Duration) -> String {
     }
 }
 
-/// Milliseconds since the epoch.
+/// Milliseconds since the epoch (saturating: a deadline another client
+/// wrote may be anything).
 pub fn epoch_ms(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
-        Ok(since) => since.as_millis() as i64,
-        Err(before) => -(before.duration().as_millis() as i64),
+        Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
     }
 }
 
 /// `deadline` relative to the node's `now`, in ms (negative once passed).
 pub fn relative_ms(deadline: SystemTime, now: SystemTime) -> i64 {
-    epoch_ms(deadline) - epoch_ms(now)
+    epoch_ms(deadline).saturating_sub(epoch_ms(now))
 }
 
 /// The verdict's state word: `free`, `held`, `split` or `unknown`.
@@ -156,7 +173,8 @@ pub fn inspection_text(name: &str, inspection: &Inspection) -> String {
     let nodes = inspection.nodes.len();
     let _ = writeln!(
         out,
-        "lock {name}: {nodes} node(s), held when {} hold it",
+        "lock {}: {nodes} node(s), held when {} hold it",
+        shown(name),
         inspection.quorum
     );
     for node in &inspection.nodes {
@@ -190,7 +208,7 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
-    let _ = writeln!(out, "node {} (key {})", node.node, node.name);
+    let _ = writeln!(out, "node {} (key {})", node.node, shown(&node.name));
     let ttl = match state.ttl {
         Some(ttl) => human(ttl),
         None if state.holders.is_empty() => "-".to_owned(),
@@ -203,7 +221,7 @@ fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
         .unwrap_or_else(|| "-".to_owned());
     let _ = writeln!(out, "  ttl {ttl}   mode {mode}   fencing counter {fencing}");
     for key in &state.unreadable {
-        let _ = writeln!(out, "  unreadable: {key}");
+        let _ = writeln!(out, "  unreadable: {}", shown(key));
     }
     if state.truncated {
         let _ = writeln!(
@@ -237,8 +255,8 @@ fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
             let _ = writeln!(
                 out,
                 "    {:<38} {:<20} {:>5}  {:<6}  {}",
-                holder.client_id,
-                holder.owner,
+                shown(&holder.client_id),
+                shown(&holder.owner),
                 holder.holds,
                 role,
                 if reads.is_empty() { "-" } else { &reads }
@@ -266,9 +284,9 @@ fn node_text(out: &mut String, node: &NodeInspection, state: &LockState) {
                 out,
                 "    {}. {} (client {}, owner {}) {deadline}",
                 position + 1,
-                waiter.field,
-                waiter.client_id,
-                waiter.owner
+                shown(&waiter.field),
+                shown(&waiter.client_id),
+                shown(&waiter.owner)
             );
         }
     }
@@ -279,7 +297,7 @@ pub fn verdict_text(verdict: &Verdict) -> String {
     let claims = |claims: &[multilock::inspect::Claim]| {
         claims
             .iter()
-            .map(|claim| format!("{} on {}", claim.field, claim.nodes.join(", ")))
+            .map(|claim| format!("{} on {}", shown(&claim.field), claim.nodes.join(", ")))
             .collect::<Vec<_>>()
             .join("; ")
     };

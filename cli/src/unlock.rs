@@ -29,6 +29,7 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
     // answer (its kind is unknown; it is reported).
     let mut plan = Vec::new();
     let mut failed = 0;
+    let mut not_read_write = 0;
     for (node, answer) in target.nodes.iter().zip(&inspection.nodes) {
         match &answer.state {
             Err(err) => {
@@ -42,32 +43,57 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
             Ok(state) if state.holders.is_empty() => {}
             Ok(state) => match kind_for(args.kind, state) {
                 Some(kind) => plan.push((node, answer.node.clone(), kind)),
-                None => eprintln!(
-                    "{}: holds no read-write lock (no mode); --kind lock or auto unlocks it",
-                    answer.node
-                ),
+                None => {
+                    eprintln!(
+                        "{}: held, but not as a read-write lock (no mode); --kind lock or auto unlocks it",
+                        answer.node
+                    );
+                    not_read_write += 1;
+                }
             },
         }
     }
     if plan.is_empty() {
-        println!(
-            "{}: not held on any node that answered; nothing deleted",
-            args.name
-        );
+        if not_read_write == 0 {
+            out!(
+                "{}: not held on any node that answered; nothing deleted",
+                args.name
+            );
+        }
         return Ok(if failed > 0 {
             Outcome::Failed(format!("{failed} node(s) not inspected"))
+        } else if not_read_write > 0 {
+            Outcome::Failed(format!(
+                "{not_read_write} node(s) hold it, but not as --kind says; nothing deleted"
+            ))
         } else {
             Outcome::NothingHeld
         });
     }
 
-    println!("{}: {}", args.name, verdict_text(&inspection.verdict));
+    out!("{}: {}", args.name, verdict_text(&inspection.verdict));
     for (_, addr, kind) in &plan {
-        println!("  {addr}: {} force unlock", kind.as_str());
+        out!("  {addr}: {} force unlock", kind.as_str());
     }
-    if !args.yes && !confirm(&args.name).await? {
-        println!("not confirmed; nothing deleted");
-        return Ok(Outcome::NotConfirmed);
+    if !args.yes {
+        if !confirm(&args.name).await? {
+            out!("not confirmed; nothing deleted");
+            return Ok(Outcome::NotConfirmed);
+        }
+        // The operator confirmed deleting the holders shown: if others
+        // hold it by now (a release and a new grant while they read), ask
+        // again rather than delete a holder nobody saw.
+        let again = target.handle(&args.name, Kind::Lock)?.inspect().await?;
+        if holders(&again) != holders(&inspection) {
+            out!(
+                "{}: the holders changed since they were shown ({}); nothing deleted, run it again",
+                args.name,
+                verdict_text(&again.verdict)
+            );
+            return Ok(Outcome::Failed(
+                "the holders changed before the unlock".to_owned(),
+            ));
+        }
     }
 
     let mut deleted = 0;
@@ -76,9 +102,9 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
         match lock.force_unlock().await {
             Ok(true) => {
                 deleted += 1;
-                println!("{addr}: deleted, waiters notified");
+                out!("{addr}: deleted, waiters notified");
             }
-            Ok(false) => println!("{addr}: no longer held, nothing deleted"),
+            Ok(false) => out!("{addr}: no longer held, nothing deleted"),
             Err(err) => {
                 failed += 1;
                 eprintln!("{addr}: force unlock failed: {}", error_chain(&err));
@@ -92,6 +118,25 @@ pub async fn run(args: UnlockArgs) -> Result<Outcome, Failure> {
     } else {
         Outcome::Done
     })
+}
+
+/// Each node's holders' fields, as inspected (`None` for a node that gave
+/// no state).
+fn holders(inspection: &multilock::inspect::Inspection) -> Vec<Option<Vec<String>>> {
+    inspection
+        .nodes
+        .iter()
+        .map(|node| {
+            let state = node.state.as_ref().ok()?;
+            Some(
+                state
+                    .holders
+                    .iter()
+                    .map(|holder| holder.field.clone())
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 /// The force unlock to use on a node that stores `state`, or `None` when

@@ -10,7 +10,7 @@ use multilock::inspect::LockState;
 use serde_json::json;
 
 use crate::args::WatchArgs;
-use crate::output::{error_chain, human, rfc3339};
+use crate::output::{error_chain, human, rfc3339, shown};
 use crate::target::{Kind, Target};
 use crate::{Failure, Outcome};
 
@@ -75,17 +75,17 @@ pub async fn run(args: WatchArgs) -> Result<Outcome, Failure> {
 
 fn print_change(now: SystemTime, node: &str, change: &Change, as_json: bool) {
     if as_json {
-        println!(
+        out!(
             "{}",
             json!({"time": rfc3339(now), "node": node, "event": change.event,
                    "field": change.field, "detail": change.detail})
         );
     } else {
-        println!(
+        out!(
             "{}  {node}  {:<8} {}",
             rfc3339(now),
             change.event,
-            change.detail
+            shown(&change.detail)
         );
     }
 }
@@ -140,8 +140,10 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
             detail: "answers again".to_owned(),
         });
     }
-    let Some(last) = last else {
-        return out;
+    // A node that had not answered before: everything it holds is new.
+    let (old_holders, old_queue, old_ttl) = match last {
+        Some(last) => (&last.holders[..], &last.queue[..], last.ttl),
+        None => (&[][..], &[][..], None),
     };
     for holder in &state.holders {
         let role = if holder.writer {
@@ -151,7 +153,7 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
         } else {
             ""
         };
-        match last.holders.iter().find(|old| old.field == holder.field) {
+        match old_holders.iter().find(|old| old.field == holder.field) {
             None => out.push(Change {
                 event: "grant",
                 field: Some(holder.field.clone()),
@@ -178,7 +180,7 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
             Some(_) => {}
         }
     }
-    for old in &last.holders {
+    for old in old_holders {
         if !state.holders.iter().any(|holder| holder.field == old.field) {
             out.push(Change {
                 event: "release",
@@ -188,7 +190,7 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
         }
     }
     for (position, waiter) in state.queue.iter().enumerate() {
-        if !last.queue.iter().any(|old| old.field == waiter.field) {
+        if !old_queue.iter().any(|old| old.field == waiter.field) {
             out.push(Change {
                 event: "waiter",
                 field: Some(waiter.field.clone()),
@@ -196,7 +198,7 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
             });
         }
     }
-    for old in &last.queue {
+    for old in old_queue {
         if !state.queue.iter().any(|waiter| waiter.field == old.field) {
             let granted = state.holders.iter().any(|holder| holder.field == old.field);
             out.push(Change {
@@ -217,7 +219,7 @@ fn changes(was_up: bool, last: Option<&LockState>, answer: &Answer) -> Vec<Chang
     let holders_changed = out
         .iter()
         .any(|change| matches!(change.event, "grant" | "release" | "count"));
-    if let (Some(before), Some(after)) = (last.ttl, state.ttl)
+    if let (Some(before), Some(after)) = (old_ttl, state.ttl)
         && after > before
         && !holders_changed
         && !state.holders.is_empty()

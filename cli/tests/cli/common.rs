@@ -53,6 +53,12 @@ fn command(args: &[&str]) -> Command {
     command
 }
 
+/// Starts `multilock args...` with its three streams piped, for a test
+/// that talks to it.
+pub fn spawn(args: &[&str]) -> Child {
+    command(args).spawn().expect("the binary runs")
+}
+
 /// Runs `multilock args...` with `stdin` as its input, to its end.
 pub async fn run_with_input(args: &[&str], stdin: &str) -> Run {
     let mut child = command(args).spawn().expect("the binary runs");
