@@ -6,7 +6,7 @@ use futures::future::join_all;
 
 use super::{Lane, Node};
 use crate::error::Result;
-use crate::inspect::{FoundLock, FoundLocks, Unscanned};
+use crate::inspect::{FoundLock, FoundLocks};
 use crate::protocol;
 
 impl Node {
@@ -55,7 +55,7 @@ impl Node {
             for shard in map.shard_nodes() {
                 match Box::pin(self.scan_server(&shard, pattern)).await {
                     Ok(locks) => found.locks.extend(locks),
-                    Err(error) => found.unscanned.push(Unscanned {
+                    Err(error) => found.unscanned.push(crate::inspect::Unscanned {
                         node: shard.addr().to_owned(),
                         error,
                     }),
