@@ -29,12 +29,19 @@ pub(crate) fn connection_info(url: &str) -> Result<ConnectionInfo> {
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
-    // TCP_NODELAY, as Redisson (Netty) sets it: with Nagle's algorithm a
-    // request written while an earlier one is unacknowledged waits for
-    // that reply, one more round trip on a real network.
     Ok(info
         .set_redis_settings(settings)
-        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
+        .set_tcp_settings(tcp_settings(true)))
+}
+
+/// The socket settings of a node's connections: `TCP_NODELAY` unless
+/// [`NodeBuilder::tcp_nodelay`](super::NodeBuilder::tcp_nodelay) turned it
+/// off. With it, as Redisson (Netty) sets it, every request leaves at once;
+/// with Nagle's algorithm a request written while an earlier one is
+/// unacknowledged waits for that reply (one more round trip on a real
+/// network), and many small requests leave in fewer packets.
+pub(crate) fn tcp_settings(nodelay: bool) -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(nodelay)
 }
 
 /// A client for `info`, trusting `root_cert` (PEM) too when it is a TLS

@@ -28,7 +28,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::error::{Error, Result, Unavailable};
-pub(crate) use address::{addr_of, connection_info, open_client, redact_url};
+pub(crate) use address::{addr_of, connection_info, open_client, redact_url, tcp_settings};
 pub use builder::NodeBuilder;
 #[cfg(feature = "cluster")]
 pub use cluster::ShardedPubSub;

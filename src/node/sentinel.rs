@@ -34,6 +34,14 @@ use tokio::sync::watch;
 use super::poller::{Nudge, Poller};
 
 /// The primary of one master name, as its sentinels name it.
+#[cfg(test)]
+impl SentinelPrimary {
+    /// How the data nodes are connected to, but for the address.
+    pub(crate) fn data_template(&self) -> &ConnectionInfo {
+        &self.data
+    }
+}
+
 pub(crate) struct SentinelPrimary {
     /// The node's name in logs: `sentinel/<master>@<lowest sentinel>`.
     node: String,
@@ -414,7 +422,9 @@ impl SentinelSource {
             settings = settings.set_password(password);
         }
         // A template: the address is the primary's, once known.
-        let data = super::connection_info("redis://127.0.0.1:6379")?.set_redis_settings(settings);
+        let data = super::connection_info("redis://127.0.0.1:6379")?
+            .set_redis_settings(settings)
+            .set_tcp_settings(super::tcp_settings(node.nodelay));
         let primary = SentinelPrimary::new(SentinelSettings {
             master: self.master.clone(),
             sentinels,

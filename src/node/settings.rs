@@ -13,5 +13,7 @@ pub(crate) struct ShardSettings {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) keepalive: Duration,
+    /// `TCP_NODELAY` on the data nodes' connections.
+    pub(super) nodelay: bool,
     pub(crate) tls_root_cert: Option<Vec<u8>>,
 }

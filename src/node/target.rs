@@ -146,6 +146,51 @@ pub(crate) async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiv
     }
 }
 
+#[cfg(test)]
+impl Target {
+    /// Whether the connections to the data nodes set `TCP_NODELAY`.
+    fn nodelay(&self) -> bool {
+        let info = match self {
+            Target::Server(client) => client.get_connection_info(),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(primary) => primary.data_template(),
+            #[cfg(feature = "cluster")]
+            Target::Cluster(map) => map.template(),
+            #[cfg(feature = "cluster")]
+            Target::Shard(shard) => shard.client.get_connection_info(),
+        };
+        info.tcp_settings().nodelay()
+    }
+}
+
+/// `NodeBuilder::tcp_nodelay` reaches every deployment's data nodes.
+#[cfg(test)]
+mod nodelay_tests {
+    use crate::node::Node;
+
+    #[test]
+    fn tcp_nodelay_is_on_unless_turned_off() {
+        let url = "redis://127.0.0.1:1";
+        let nodelay = |node: Node| node.inner.target.nodelay();
+        assert!(nodelay(Node::new(url).unwrap()));
+        assert!(!nodelay(
+            Node::builder(url).tcp_nodelay(false).build().unwrap()
+        ));
+        #[cfg(feature = "sentinel")]
+        {
+            let sentinel = || Node::sentinel("mymaster", [url]);
+            assert!(nodelay(sentinel().build().unwrap()));
+            assert!(!nodelay(sentinel().tcp_nodelay(false).build().unwrap()));
+        }
+        #[cfg(feature = "cluster")]
+        {
+            let cluster = || Node::cluster([url]);
+            assert!(nodelay(cluster().build().unwrap()));
+            assert!(!nodelay(cluster().tcp_nodelay(false).build().unwrap()));
+        }
+    }
+}
+
 #[cfg(all(test, feature = "cluster"))]
 mod tests {
     use super::*;

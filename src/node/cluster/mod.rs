@@ -526,6 +526,14 @@ impl ClusterMap {
     }
 }
 
+#[cfg(test)]
+impl ClusterMap {
+    /// How the shards are connected to, but for the address.
+    pub(crate) fn template(&self) -> &ConnectionInfo {
+        &self.template
+    }
+}
+
 /// The shard serving `slot`, if any.
 fn owner(view: &View, slot: usize) -> Option<&Shard> {
     let owner = *view.owners.get(slot)?;
@@ -567,7 +575,10 @@ impl ClusterSource {
         let seeds = self
             .seed_urls
             .iter()
-            .map(|url| super::connection_info(url))
+            .map(|url| {
+                let info = super::connection_info(url)?;
+                Ok(info.set_tcp_settings(super::tcp_settings(settings.nodelay)))
+            })
             .collect::<Result<Vec<_>>>()?;
         if let Some(seed) = seeds
             .iter()
