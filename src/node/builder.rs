@@ -124,11 +124,11 @@ impl NodeBuilder {
     /// its reply. `false` turns Nagle's algorithm on: while a request is
     /// unacknowledged, the next ones wait and leave together, in fewer
     /// packets. That costs a request up to one more round trip, and saves
-    /// the client and the server the kernel's work per packet: with many
-    /// tasks locking at once on 2 cores, in a closed loop on loopback, the
-    /// client's CPU per lock+unlock fell by about a third and throughput
-    /// rose by about a fifth (`BENCHMARKS.md`). For a throughput-bound
-    /// client close to its servers; keep the default where latency counts.
+    /// the kernel's work per packet: with 64 tasks locking at once on 2
+    /// cores, in a closed loop on loopback, the client's CPU per
+    /// lock+unlock fell by a fifth to a third, most of it the kernel's
+    /// (`BENCHMARKS.md`). For a client whose CPU is the limit, close to its
+    /// servers; keep the default where latency counts.
     /// Applies to the connections to a URL node's server, a Sentinel
     /// group's primary and a Cluster's shards.
     ///
