@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use multilock::{Client, Node};
+use multilock::{Client, Node, Owner};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -281,6 +281,8 @@ struct Hold {
     granted: Instant,
     /// When the holder called its release.
     releasing: Instant,
+    /// The crate's hold's owner (see [`crate::contenders::Held::owner`]).
+    owner: Option<Owner>,
 }
 
 /// The outcome of K tasks fighting over one lock.
@@ -296,6 +298,9 @@ pub struct Contention {
     pub grants: u64,
     /// Grants after the warm-up tenth, before the end of the run.
     pub counted: usize,
+    /// The owners of the counted grants, for the crate's locks (each
+    /// acquire has an owner of its own).
+    pub counted_owners: Vec<Owner>,
     /// Server CPU per grant, µs (set by the caller, who reads INFO cpu).
     server_cpu: f64,
 }
@@ -324,6 +329,7 @@ pub async fn contend(
             loop {
                 let held = contender.acquire().await?;
                 let granted = Instant::now();
+                let owner = held.owner();
                 let mut grant = 0;
                 grants.send_modify(|count| {
                     *count += 1;
@@ -343,6 +349,7 @@ pub async fn contend(
                         task,
                         granted,
                         releasing,
+                        owner,
                     });
                 }
                 if pace == Pace::HandOff {
@@ -357,6 +364,7 @@ pub async fn contend(
 
     let mut holds = std::mem::take(&mut *holds.lock().expect("no task panics holding it"));
     holds.sort_unstable_by_key(|hold| hold.granted);
+    let counted_owners = holds.iter().filter_map(|hold| hold.owner.clone()).collect();
     let (mut regrants, mut gaps) = (0, Vec::with_capacity(holds.len()));
     for pair in holds.windows(2) {
         let (before, after) = (&pair[0], &pair[1]);
@@ -375,6 +383,7 @@ pub async fn contend(
         per_second: holds.len() as f64 / (stop_at - counted_from).as_secs_f64(),
         grants: *grants.borrow(),
         counted: holds.len(),
+        counted_owners,
         server_cpu: f64::NAN,
     })
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
-use multilock::{Guard, Lock, MultiLock, RedLock};
+use multilock::{Guard, Lock, MultiLock, Owner, RedLock};
 use multilock_testkit::protocol::{self, AcquireReply};
 use multilock_testkit::{redisson, redisson_rwlock};
 use redis::aio::MultiplexedConnection;
@@ -45,6 +45,17 @@ pub enum Held {
     Rslock(rslock::Lock),
     /// The limit's hold, named by the id its acquire was sent with.
     Limit(String),
+}
+
+impl Held {
+    /// The owner of the crate's hold: every acquire has one of its own, and
+    /// its calls name it in their hash field (`<client-uuid>:<owner>`).
+    pub fn owner(&self) -> Option<Owner> {
+        match self {
+            Held::Guard(guard) => Some(guard.owner().clone()),
+            Held::Rslock(_) | Held::Limit(_) => None,
+        }
+    }
 }
 
 impl Contender {
