@@ -3,7 +3,9 @@
 //!
 //! `cargo run --release --example client_cpu` starts its own redis-server;
 //! `cargo run --release --example client_cpu -- redis://host:port` uses
-//! yours (`-- URL SECONDS ROUNDS` to change the run).
+//! yours (`-- URL SECONDS ROUNDS` to change the run; `-- URL SECONDS
+//! ROUNDS 0,2` runs only those contenders, by their place below: for a
+//! profile of one).
 //!
 //! Four contenders take turns, each round in a new order: this crate with
 //! `TCP_NODELAY` (the default, as Redisson sets it) and with Nagle's
@@ -49,6 +51,13 @@ async fn main() -> Result {
     let secs: f64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(3.0);
     let rounds: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(3);
     let run_for = Duration::from_secs_f64(secs);
+    let only: Vec<usize> = match args.get(3) {
+        Some(list) => list
+            .split(',')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()?,
+        None => (0..CONTENDERS.len()).collect(),
+    };
 
     let client = Client::new();
     let nodes = [
@@ -68,6 +77,9 @@ async fn main() -> Result {
     for round in 0..rounds {
         for turn in 0..CONTENDERS.len() {
             let who = (round + turn) % CONTENDERS.len();
+            if !only.contains(&who) {
+                continue;
+            }
             let done = Arc::new(AtomicUsize::new(0));
             let stop_at = Instant::now() + run_for;
             let before = cpu_seconds()?;
@@ -118,6 +130,9 @@ async fn main() -> Result {
         .iter()
         .zip(CONTENDERS)
         .map(|(runs, name)| {
+            if runs.is_empty() {
+                return (f64::NAN, f64::NAN);
+            }
             let rate = median(runs.iter().map(|r| r.0));
             let user = median(runs.iter().map(|r| r.1));
             let system = median(runs.iter().map(|r| r.2));
@@ -127,6 +142,9 @@ async fn main() -> Result {
         })
         .collect();
     for (ours, bare, socket) in [(0, 1, "TCP_NODELAY"), (2, 3, "Nagle")] {
+        if runs[ours].is_empty() || runs[bare].is_empty() {
+            continue;
+        }
         println!(
             "{socket:<12} multilock ÷ bare connection: throughput {:.2}×, client CPU {:.2}×",
             medians[ours].0 / medians[bare].0,

@@ -35,6 +35,15 @@
 //!   Connections use TCP_NODELAY, as Redisson's do, and a node's requests
 //!   pipeline on one shared connection (`NodeBuilder::shared_connections`
 //!   raises it for a client whose own CPU is the limit).
+//! - The client's own CPU per lock+unlock is about a bare connection's with
+//!   the same socket (`cargo run --release --example client_cpu`: 64 tasks
+//!   on their own locks, against a redis-rs connection sending Redisson's
+//!   protocol). The socket matters more than the code: on loopback most of a
+//!   client's CPU is the kernel's work per packet, and a connection with
+//!   TCP_NODELAY sends a packet per request where Nagle's algorithm (redis-rs's
+//!   default) coalesces them. `NodeBuilder::tcp_nodelay(false)` turns it on
+//!   for a client whose CPU is the limit, at the cost of up to a round trip
+//!   per request while an earlier one is unacknowledged.
 //! - A multi-node acquire costs about the slowest node, not the sum: requests go
 //!   to every node at once.
 //! - Readers of one read-write lock do not wait for each other: 64 readers of
