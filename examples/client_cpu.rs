@@ -88,7 +88,7 @@ async fn main() -> Result {
             for i in 0..TASKS {
                 let name = format!("client-cpu:{round}:{who}:{i}");
                 let done = done.clone();
-                if who % 2 == 0 {
+                if who.is_multiple_of(2) {
                     let lock = client.lock(&nodes[who / 2], name)?;
                     tasks.spawn(async move {
                         while Instant::now() < stop_at {
