@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 use crate::contenders::{DRAIN_LIMIT, join_within};
 use crate::report::{Cell, Report, Table, Unit, group};
 use crate::stats::{Latencies, STATS, median, nanos, quartiles};
+use crate::uncontended::process_cpu;
 use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Settings, bare_connection, cpu_seconds};
 
 /// Names the one-task case cycles over: every shard gets its turn.
@@ -246,10 +247,10 @@ pub async fn cluster(settings: &Settings, report: &mut Report) -> BenchResult {
             let before = (
                 cpu_of(&primaries).await?,
                 counts_of(&primaries).await?,
-                process_cpu()?,
+                process_cpu()?.as_secs_f64(),
             );
             let (rate, done) = many_locks(make, MANY_KEYS_TASKS, run_for).await?;
-            let here = process_cpu()? - before.2;
+            let here = process_cpu()?.as_secs_f64() - before.2;
             let servers = cpu_of(&primaries).await? - before.0;
             for (what, n) in counts_of(&primaries).await? {
                 let earlier = before.1.get(&what).copied().unwrap_or(0);
@@ -456,21 +457,6 @@ async fn many_locks(
     join_within(set, DRAIN_LIMIT).await?;
     let rate = done.load(Ordering::Relaxed) as f64 / (stop_at - counted_from).as_secs_f64();
     Ok((rate, all.load(Ordering::Relaxed)))
-}
-
-/// CPU time of this process's live threads, in seconds
-/// (`/proc/self/task/*/schedstat`, nanoseconds on a CPU).
-fn process_cpu() -> BenchResult<f64> {
-    let mut nanos = 0u64;
-    for task in std::fs::read_dir("/proc/self/task")? {
-        // A thread that just ended has no file any more: it counts as zero.
-        let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
-            continue;
-        };
-        let on_cpu = stat.split_whitespace().next();
-        nanos += on_cpu.and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-    }
-    Ok(nanos as f64 / 1e9)
 }
 
 /// The commands the servers ran so far, summed over them, those rejected

@@ -1,7 +1,9 @@
 //! (c) Many keys: K tasks, each on its own lock, lock+unlock in a loop;
 //! acquisitions per second on 1 node (Lock) and 5 nodes (RedLock), and the
-//! servers' CPU per acquisition (the commands they run per lock+unlock are
-//! counted in (e)). The 1-node K=64 case also
+//! CPU per acquisition of this process (the client's) and of the servers
+//! (the commands they run per lock+unlock are counted in (e)). On a machine
+//! where client and servers share the cores, the client's CPU is
+//! throughput. The 1-node K=64 case also
 //! paces every contender to one load, where the servers' CPU per
 //! acquisition is held to its target: in a closed loop it follows how fast
 //! each client feeds the server, not only what the server does. Beside the 1-node K=64 case, K readers of
@@ -20,6 +22,7 @@ use tokio::task::JoinSet;
 use crate::contenders::{AnyLock, Contender, DRAIN_LIMIT, Limit, Protocol, join_within};
 use crate::report::{Cell, Report, Table, Unit, group};
 use crate::stats::{median, quartiles};
+use crate::uncontended::process_cpu;
 use crate::{BenchResult, MANY_KEYS_TASKS, Servers, Settings};
 
 /// The contenders of a case, in the order they take turns.
@@ -33,8 +36,39 @@ const CRATE: usize = 2;
 const READERS: [&str; 4] = ["one lock", "Redisson", "crate scripts", "own locks"];
 const OWN_LOCKS: usize = 3;
 
-/// Each contender's acquisitions per second and server CPU per acquisition
-/// for every K, on 1 and 5 nodes.
+/// One run of a contender: acquisitions per second, and the CPU per
+/// acquisition (µs) of the servers and of this process.
+#[derive(Clone, Copy)]
+struct Run {
+    rate: f64,
+    server: f64,
+    client: f64,
+}
+
+impl Run {
+    /// Runs `make`'s K tasks (as [`run_locks`]), reading the CPU of the
+    /// first `n` servers and of this process around the run.
+    async fn measure(
+        servers: &Servers,
+        n: usize,
+        tasks: impl Future<Output = BenchResult<(f64, usize)>>,
+    ) -> BenchResult<Run> {
+        let server_before = servers.cpu_seconds_of(n).await?;
+        let client_before = process_cpu()?;
+        let (rate, acquisitions) = tasks.await?;
+        let client = process_cpu()?.saturating_sub(client_before).as_secs_f64();
+        let server = servers.cpu_seconds_of(n).await? - server_before;
+        let per_acquisition = |seconds: f64| seconds * 1e6 / acquisitions.max(1) as f64;
+        Ok(Run {
+            rate,
+            server: per_acquisition(server),
+            client: per_acquisition(client),
+        })
+    }
+}
+
+/// Each contender's acquisitions per second and CPU per acquisition (the
+/// servers' and this process's) for every K, on 1 and 5 nodes.
 pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Report) -> BenchResult {
     let mut table = Table::new(
         "(c) Many keys: K tasks, each on its own lock, acquisitions/s",
@@ -45,7 +79,10 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
              share its socket, and pipeline). The limits: Redisson 3.24+'s scripts (and its \
              DEL of each unlock latch, not awaited), and the crate's own scripts. Server CPU = \
              the servers' user+system CPU (INFO cpu, network work included) over the run, per \
-             acquisition. 1 node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, the contenders \
+             acquisition. Client CPU = this process's threads' CPU \
+             (/proc/self/task/*/schedstat: everything the contender's client does, its \
+             runtime's and connections' work included) over the run, per acquisition. 1 \
+             node, K={MANY_KEYS_TASKS}: {} rounds of {} ms, the contenders \
              taking turns (each round starting with the next one), each contender's median \
              over the rounds; every other case: one run of {} ms. Each run's first tenth is a \
              warm-up, not counted",
@@ -85,25 +122,21 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             } else {
                 (1, settings.run_for)
             };
-            // Per contender, each round's (acquisitions/s, server µs per
-            // acquisition); each round starts with the next contender.
-            let mut runs = [const { Vec::new() }; CONTENDERS.len()];
+            // Per contender, each round's run; each round starts with the
+            // next contender.
+            let mut runs: [Vec<Run>; CONTENDERS.len()] = Default::default();
             for round in 0..rounds {
                 for turn in 0..CONTENDERS.len() {
                     let who = (round + turn) % CONTENDERS.len();
-                    let cpu_before = servers.cpu_seconds_of(n).await?;
-                    let (rate, acquisitions) =
-                        many_locks(|i| contender(who, i), k, run_for).await?;
-                    let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
-                    runs[who].push((rate, cpu * 1e6 / acquisitions.max(1) as f64));
+                    let tasks = many_locks(|i| contender(who, i), k, run_for);
+                    runs[who].push(Run::measure(servers, n, tasks).await?);
                 }
             }
-            let rates = runs
-                .each_ref()
-                .map(|runs| runs.iter().map(|r| r.0).collect::<Vec<_>>());
-            let cpus = runs
-                .each_ref()
-                .map(|runs| runs.iter().map(|r| r.1).collect::<Vec<_>>());
+            let each = |pick: fn(&Run) -> f64| {
+                runs.each_ref()
+                    .map(|runs| runs.iter().map(pick).collect::<Vec<_>>())
+            };
+            let (rates, cpus, clients) = (each(|r| r.rate), each(|r| r.server), each(|r| r.client));
             let what = if n == 1 {
                 "1 node, Lock"
             } else {
@@ -112,6 +145,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             let case = format!("{what}, K={k}");
             let rate = rates.each_ref().map(|rates| median(rates));
             let cpu = cpus.each_ref().map(|cpus| median(cpus));
+            let client_cpu = clients.each_ref().map(|cpus| median(cpus));
             let others =
                 |figures: &[f64; 4]| figures[1..].iter().map(|f| Some(Cell::of(*f))).collect();
             table.row(
@@ -126,6 +160,12 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 Cell::of(cpu[OURS]),
                 others(&cpu),
             );
+            table.row(
+                format!("{case}: client CPU per acquisition, µs"),
+                Unit::Micros,
+                Cell::of(client_cpu[OURS]),
+                others(&client_cpu),
+            );
             if !target {
                 continue;
             }
@@ -136,6 +176,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 )
             };
             let (rate_ratios, cpu_ratios) = (paired(&rates), paired(&cpus));
+            let client_ratios = paired(&clients);
             let listed = |values: &[f64], show: fn(f64) -> String| {
                 values
                     .iter()
@@ -145,12 +186,13 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             };
             report.notes.push(format!(
                 "(c) {case}, {rounds} rounds of {} ms: acquisitions/s ÷ the Redisson 3.24+ limit \
-                 in each: {}; server CPU per acquisition ÷ the limit's in each: {}; \
-                 acquisitions/s of multilock {}; of the Redisson limit {}; of the crate-scripts \
-                 limit {}; of rslock {}.",
+                 in each: {}; server CPU per acquisition ÷ the limit's in each: {}; client \
+                 CPU per acquisition ÷ the limit's in each: {}; acquisitions/s of multilock {}; \
+                 of the Redisson limit {}; of the crate-scripts limit {}; of rslock {}.",
                 run_for.as_millis(),
                 listed(&rate_ratios, |r| format!("{r:.2}")),
                 listed(&cpu_ratios, |r| format!("{r:.2}")),
+                listed(&client_ratios, |r| format!("{r:.2}")),
                 listed(&rates[OURS], group),
                 listed(&rates[REDISSON], group),
                 listed(&rates[CRATE], group),
@@ -170,6 +212,21 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                     middle_half(&rate_ratios)
                 ),
                 ratio >= 0.95,
+            );
+            let ratio = median(&client_ratios);
+            report.target(
+                "(c)",
+                format!("client CPU per lock+unlock ({case}) ≤ 1.2 × the Redisson 3.24+ limit's"),
+                format!(
+                    "{:.2} µs vs {:.2} µs (crate scripts {:.2} µs, rslock {:.2} µs; medians of \
+                     {rounds} rounds); paired rounds' median {ratio:.2}×{}",
+                    client_cpu[OURS],
+                    client_cpu[REDISSON],
+                    client_cpu[CRATE],
+                    client_cpu[3],
+                    middle_half(&client_ratios)
+                ),
+                ratio <= 1.2,
             );
             // In a closed loop each contender runs as fast as its client
             // lets it, and the servers' CPU per acquisition follows that
@@ -331,37 +388,42 @@ async fn server_cost_at_one_load(
 ) -> BenchResult {
     const PACED: [usize; 3] = [OURS, REDISSON, CRATE];
     let offered = 0.8 * closed_loop.iter().copied().fold(f64::INFINITY, f64::min);
-    // Per paced contender, each round's (acquisitions/s, server µs per
-    // acquisition).
-    let mut runs = [const { Vec::new() }; PACED.len()];
+    // Per paced contender, each round's run.
+    let mut runs: [Vec<Run>; PACED.len()] = Default::default();
     for round in 0..rounds {
         for turn in 0..PACED.len() {
             let slot = (round + turn) % PACED.len();
-            let cpu_before = servers.cpu_seconds_of(1).await?;
-            let (rate, acquisitions) = paced_locks(
+            let tasks = paced_locks(
                 |i| contender(PACED[slot], i),
                 MANY_KEYS_TASKS,
                 run_for,
                 offered,
-            )
-            .await?;
-            let cpu = servers.cpu_seconds_of(1).await? - cpu_before;
-            runs[slot].push((rate, cpu * 1e6 / acquisitions.max(1) as f64));
+            );
+            runs[slot].push(Run::measure(servers, 1, tasks).await?);
         }
     }
-    let medians = |which: fn(&(f64, f64)) -> f64| {
+    let medians = |which: fn(&Run) -> f64| {
         runs.each_ref()
             .map(|runs| median(&runs.iter().map(which).collect::<Vec<_>>()))
     };
-    let (rate, cpu) = (medians(|r| r.0), medians(|r| r.1));
-    let paced = format!("{case}, paced at {}/s", group(offered));
-    table.row(
-        format!("{paced}: server CPU per acquisition, µs"),
-        Unit::Micros,
-        Cell::of(cpu[0]),
-        vec![Some(Cell::of(cpu[1])), Some(Cell::of(cpu[2])), None],
+    let (rate, cpu, client) = (
+        medians(|r| r.rate),
+        medians(|r| r.server),
+        medians(|r| r.client),
     );
-    let ratios = paired_ratios(runs[0].iter().map(|r| r.1), runs[1].iter().map(|r| r.1));
+    let paced = format!("{case}, paced at {}/s", group(offered));
+    for (figure, values) in [("server", cpu), ("client", client)] {
+        table.row(
+            format!("{paced}: {figure} CPU per acquisition, µs"),
+            Unit::Micros,
+            Cell::of(values[0]),
+            vec![Some(Cell::of(values[1])), Some(Cell::of(values[2])), None],
+        );
+    }
+    let ratios = paired_ratios(
+        runs[0].iter().map(|r| r.server),
+        runs[1].iter().map(|r| r.server),
+    );
     let ratio = median(&ratios);
     let spread = middle_half(&ratios);
     report.target(

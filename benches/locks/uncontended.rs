@@ -327,8 +327,8 @@ impl CpuMeter {
 }
 
 /// CPU time of this process's live threads (Linux, as the rest of the
-/// program's /proc readings).
-fn process_cpu() -> BenchResult<Duration> {
+/// program's /proc readings): the client's CPU, read around a run.
+pub fn process_cpu() -> BenchResult<Duration> {
     let mut nanos = 0;
     for task in std::fs::read_dir("/proc/self/task")? {
         // A thread that just ended has no file any more: it counts as zero.
