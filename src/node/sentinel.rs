@@ -33,7 +33,6 @@ use tokio::sync::watch;
 
 use super::poller::{Nudge, Poller};
 
-/// The primary of one master name, as its sentinels name it.
 #[cfg(test)]
 impl SentinelPrimary {
     /// How the data nodes are connected to, but for the address.
@@ -42,6 +41,7 @@ impl SentinelPrimary {
     }
 }
 
+/// The primary of one master name, as its sentinels name it.
 pub(crate) struct SentinelPrimary {
     /// The node's name in logs: `sentinel/<master>@<lowest sentinel>`.
     node: String,
