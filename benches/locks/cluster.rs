@@ -184,7 +184,7 @@ pub async fn cluster(settings: &Settings, report: &mut Report) -> BenchResult {
              shards, {} rounds taking turns ({} timed calls each after {} warm-up). \
              {MANY_KEYS_TASKS} tasks: each on a name of its own, {} rounds of {} ms taking \
              turns, medians over the rounds (each run's first tenth a warm-up). Per \
-             lock+unlock: server CPU = the 3 primaries' INFO cpu; CPU here = this \
+             lock+unlock: server CPU = the 3 primaries' INFO cpu; client CPU = this \
              process's threads' (schedstat); socket reads and writes = the primaries' INFO \
              stats total_reads_processed and total_writes_processed (replication's \
              included)",
@@ -279,7 +279,7 @@ pub async fn cluster(settings: &Settings, report: &mut Report) -> BenchResult {
         ("server CPU per lock+unlock, µs", Unit::Micros, |r| {
             r.servers
         }),
-        ("CPU here per lock+unlock, µs", Unit::Micros, |r| r.here),
+        ("client CPU per lock+unlock, µs", Unit::Micros, |r| r.here),
     ];
     for (figure, unit, pick) in FIGURES {
         let figures = medians(pick);
@@ -327,6 +327,23 @@ pub async fn cluster(settings: &Settings, report: &mut Report) -> BenchResult {
         rate[OURS] / rate[BARE],
         rate[OURS] / rate[SHARDS],
     ));
+    let ratio = median(&ratios);
+    let client = medians(|r| r.here);
+    report.target(
+        "(i)",
+        format!("{case}: lock+unlock/s ≥ 0.9 × a bare ClusterConnection sending the same scripts"),
+        format!(
+            "{}/s vs {}/s (bare connection per shard {}/s; medians of {rounds} rounds); paired \
+             rounds' median {ratio:.2}×{spread}; client CPU per lock+unlock {:.2} µs vs {:.2} \
+             µs",
+            group(rate[OURS]),
+            group(rate[BARE]),
+            group(rate[SHARDS]),
+            client[OURS],
+            client[BARE],
+        ),
+        ratio >= 0.9,
+    );
     for (who, side) in SIDES.iter().enumerate() {
         let mut listed: Vec<(&String, &u64)> = counts[who]
             .iter()

@@ -46,9 +46,11 @@
 //!   holder's grant, both read from one monotonic clock; rslock runs with its
 //!   default retries and with the best retry delay of a sweep;
 //! - (c) many keys: K tasks on K different locks, acquisitions per second and
-//!   the servers' CPU per acquisition (1 node, K=64: in rounds, the
-//!   contenders taking turns), and K readers of one read-write lock against
-//!   that rate and against K readers sending Redisson's read-lock scripts;
+//!   the CPU per acquisition of this process (the client's) and of the
+//!   servers (1 node, K=64: in rounds, the contenders taking turns; the
+//!   Redisson limit also on a connection with redis-rs's defaults, without
+//!   `TCP_NODELAY`), and K readers of one read-write lock against that rate
+//!   and against K readers sending Redisson's read-lock scripts;
 //! - (d) scale: server connections and this process's memory with 10,000
 //!   tasks waiting on one lock; watchdog renewal calls per node per tick with
 //!   10,000 locks held, and the latency of a lock+unlock meanwhile;
