@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
@@ -320,4 +321,69 @@ pub async fn delete_latch_unawaited(
     delete.set_no_response(true);
     delete.exec_async(&mut conn.clone()).await?;
     Ok(())
+}
+
+/// K tasks, each on its own lock, lock+unlock in a loop: acquisitions per
+/// second after a warm-up tenth, and acquisitions over the whole run (the
+/// servers' CPU is read around all of it).
+pub async fn many_locks(
+    make: impl Fn(usize) -> BenchResult<Contender>,
+    tasks: usize,
+    run_for: Duration,
+) -> BenchResult<(f64, usize)> {
+    run_locks(make, tasks, run_for, None).await
+}
+
+/// [`many_locks`] at an offered load: `offered` lock+unlocks per second
+/// over all tasks, each task starting one every `tasks / offered` seconds
+/// on a schedule of its own (the tasks' schedules spread evenly over one
+/// period), and at once when it is behind.
+pub async fn paced_locks(
+    make: impl Fn(usize) -> BenchResult<Contender>,
+    tasks: usize,
+    run_for: Duration,
+    offered: f64,
+) -> BenchResult<(f64, usize)> {
+    let period = Duration::from_secs_f64(tasks as f64 / offered);
+    run_locks(make, tasks, run_for, Some(period)).await
+}
+
+/// [`many_locks`], each task starting a lock+unlock every `period` when
+/// one is given.
+async fn run_locks(
+    make: impl Fn(usize) -> BenchResult<Contender>,
+    tasks: usize,
+    run_for: Duration,
+    period: Option<Duration>,
+) -> BenchResult<(f64, usize)> {
+    let start = Instant::now();
+    let counted_from = start + run_for / 10;
+    let stop_at = start + run_for;
+    let done = Arc::new(AtomicUsize::new(0));
+    let all = Arc::new(AtomicUsize::new(0));
+    let mut set = JoinSet::new();
+    for i in 0..tasks {
+        let contender = make(i)?;
+        let (done, all) = (done.clone(), all.clone());
+        let mut schedule =
+            period.map(|period| (start + period.mul_f64(i as f64 / tasks as f64), period));
+        set.spawn(async move {
+            while Instant::now() < stop_at {
+                if let Some((next, period)) = schedule.as_mut() {
+                    tokio::time::sleep_until((*next).into()).await;
+                    *next += *period;
+                }
+                contender.lock_unlock().await?;
+                all.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
+                if now >= counted_from && now < stop_at {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            BenchResult::Ok(())
+        });
+    }
+    join_within(set, DRAIN_LIMIT).await?;
+    let rate = done.load(Ordering::Relaxed) as f64 / (stop_at - counted_from).as_secs_f64();
+    Ok((rate, all.load(Ordering::Relaxed)))
 }

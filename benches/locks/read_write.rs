@@ -26,9 +26,10 @@ use futures::future::try_join_all;
 use multilock::{Client, Lock, Node, Owner};
 use multilock_testkit::{Delay, Direction, TcpProxy, redisson, redisson_rwlock};
 
+use crate::contenders::many_locks;
 use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;
-use crate::many_keys::{many_locks, paired_ratios};
+use crate::many_keys::paired_ratios;
 use crate::report::{Cell, Grid, Report, Table, Unit, group};
 use crate::stats::{Latencies, median, nanos};
 use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Servers, Settings, bare_connection};
