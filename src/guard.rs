@@ -16,6 +16,7 @@ use crate::hold_warning::{HoldWarning, Named};
 use crate::late_parts::LateParts;
 use crate::metrics;
 use crate::owner::{Owner, Turn};
+use crate::quorum::policy;
 use crate::single::{self, HeldPart, PartView};
 use crate::timing;
 
@@ -233,8 +234,10 @@ impl Guard {
     /// key's TTL is what the key really holds: a re-entry that extended it
     /// extends this guard too.
     ///
-    /// A multi-node lock releases every node at once and returns as soon as
-    /// a quorum of them confirmed; the others finish in the background
+    /// A multi-node lock releases every node at once and returns once a
+    /// quorum of them confirmed and the others answered, or after a grace
+    /// scaled to how long the quorum took (twice that, plus a millisecond:
+    /// never a node's timeout); the others finish in the background
     /// (bounded: a release that gets no answer is retried on its connection
     /// for at most a minute, then the key ends with its lease).
     ///
@@ -302,7 +305,21 @@ impl Guard {
             .collect();
         let mut released = Vec::new();
         let mut failures = Vec::new();
-        while let Some((node, result)) = releases.next().await {
+        // Once a quorum released, the others get the grace a round gives
+        // them (scaled to the answers seen, never a node's timeout): those
+        // that answer by then need no task of their own to finish in.
+        let started = Instant::now();
+        let mut grace_ends = None;
+        loop {
+            let next = match grace_ends {
+                None => releases.next().await,
+                Some(ends) => match tokio::time::timeout_at(ends, releases.next()).await {
+                    Ok(next) => next,
+                    // The rest finish in the background (`FinishOnDrop`).
+                    Err(_) => break,
+                },
+            };
+            let Some((node, result)) = next else { break };
             match result {
                 Ok(_) => released.push(node),
                 Err(err) => failures.push(NodeFailure {
@@ -310,10 +327,15 @@ impl Guard {
                     cause: FailureCause::Failed(err),
                 }),
             }
-            if released.len() >= required {
-                // The rest finish in the background (`FinishOnDrop`).
-                return Ok(());
+            if grace_ends.is_none() && released.len() >= required {
+                grace_ends = Some(Instant::now() + policy::grace(started.elapsed()));
             }
+        }
+        if released.len() >= required {
+            for failure in &failures {
+                tracing::warn!(lock = %self.name, node = %failure.node, cause = ?failure.cause, "release failed on a node; a quorum released");
+            }
+            return Ok(());
         }
         let not_held: Vec<String> = failures
             .iter()

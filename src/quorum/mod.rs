@@ -5,7 +5,7 @@
 //! arithmetic of the two policies.
 
 mod fencing;
-mod policy;
+pub(crate) mod policy;
 mod queries;
 mod round;
 
