@@ -162,14 +162,24 @@ pub async fn latency(settings: &Settings, servers: &Servers, report: &mut Report
     report.charts.push(chart(&measured));
     if let Some(at) = measured.iter().find(|at| at.delay == TARGET_DELAY) {
         let ratios = at.ratios();
+        // Issue 39 restated this target: held against the 1-node Lock
+        // (≤ 1.1 ×), the 5-node limit itself missed it on 2 cores, where
+        // five servers and the client share the cores. A RedLock is held
+        // to what the same fan-out costs a bare connection; the ratio to
+        // the 1-node Lock stays in the grid.
         report.target(
             "(g)",
-            "at 0.5 ms one-way: 5-node RedLock ≤ 1.1 × 1-node Lock (p50)",
+            "at 0.5 ms one-way: 5-node RedLock ≤ 1.05 × the 5-node Redisson 3.24+ limit (p50)",
             format!(
-                "{:.0} µs vs {:.0} µs: {:.2}×",
-                at.red_lock, at.lock, ratios[0].2
+                "{:.0} µs vs {:.0} µs: {:.2}× (÷ 1-node Lock {:.2}×; the limit's own 5-node ÷ \
+                 1-node {:.2}×)",
+                at.red_lock,
+                at.limit_5,
+                ratios[2].2,
+                ratios[0].2,
+                at.limit_5 / at.limit_1
             ),
-            ratios[0].2 <= 1.1,
+            ratios[2].2 <= 1.05,
         );
         report.target(
             "(g)",

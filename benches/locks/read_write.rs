@@ -29,9 +29,8 @@ use multilock_testkit::{Delay, Direction, TcpProxy, redisson, redisson_rwlock};
 use crate::contenders::many_locks;
 use crate::contenders::{AnyLock, Contender, Limit, Protocol};
 use crate::latency_cdf::Panel;
-use crate::many_keys::paired_ratios;
 use crate::report::{Cell, Grid, Report, Table, Unit, group};
-use crate::stats::{Latencies, median, nanos};
+use crate::stats::{Latencies, median, nanos, paired_ratios};
 use crate::{BenchResult, LEASE, MANY_KEYS_TASKS, Servers, Settings, bare_connection};
 
 /// Readers holding the lock when the writer comes.
@@ -464,20 +463,15 @@ async fn readers_at_a_distance(
             format!("{limit_cpu:.1}"),
             format!("{cpu_ratio:.2}×"),
         ]);
-        report.target(
-            "(h)",
-            format!(
-                "at {ms} ms one-way: {k} readers of one read-write lock (1 node) ≥ 0.9 × many \
-                 keys' rate"
-            ),
-            format!(
-                "{}/s vs {}/s: {ratio:.2}× (medians of {rounds} rounds; server CPU {read_cpu:.1} \
-                 µs per read vs {key_cpu:.1} µs per acquisition)",
-                group(reads),
-                group(keys)
-            ),
-            ratio >= 0.9,
-        );
+        // Reported, no longer a target: issue 39 replaced "readers ≥ 0.9 ×
+        // many keys" by the readers' own limit, held in (c).
+        report.notes.push(format!(
+            "(h) at {ms} ms one-way: {k} readers of one read-write lock (1 node) ÷ many keys' \
+             rate: {}/s vs {}/s: {ratio:.2}× (medians of {rounds} rounds; server CPU \
+             {read_cpu:.1} µs per read vs {key_cpu:.1} µs per acquisition).",
+            group(reads),
+            group(keys)
+        ));
         report.notes.push(format!(
             "(h) at {ms} ms one-way, {rounds} rounds of {} ms: reads/s of {k} readers of one \
              name {}; acquisitions/s of {k} tasks on their own locks {}; of the Redisson 3.24+ \

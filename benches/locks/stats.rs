@@ -74,3 +74,24 @@ pub fn quartiles(values: &[f64]) -> Option<(f64, f64)> {
         |q: f64| sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
     Some((at(0.25), at(0.75)))
 }
+
+/// Round by round, a contender's figure ÷ the limit's in the same round.
+pub fn paired_ratios(
+    ours: impl IntoIterator<Item = f64>,
+    limit: impl IntoIterator<Item = f64>,
+) -> Vec<f64> {
+    ours.into_iter()
+        .zip(limit)
+        .map(|(ours, limit)| ours / limit)
+        .collect()
+}
+
+/// `, middle half of the rounds a–b×` for paired ratios (nothing for too
+/// few). Rounds that a burst of other work hit on one side only are far
+/// off; the median of the paired rounds, which the targets take, is not
+/// moved by them.
+pub fn middle_half(ratios: &[f64]) -> String {
+    quartiles(ratios).map_or(String::new(), |(low, high)| {
+        format!(", middle half of the rounds {low:.2}–{high:.2}×")
+    })
+}
