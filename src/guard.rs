@@ -15,6 +15,7 @@ use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavai
 use crate::hold_warning::{HoldWarning, Named};
 use crate::late_parts::LateParts;
 use crate::metrics;
+use crate::node::Node;
 use crate::owner::{Owner, Turn};
 use crate::quorum::policy;
 use crate::single::{self, HeldPart, PartView};
@@ -69,7 +70,7 @@ pub(crate) enum Shape {
     /// A multi-node lock held while `required` of its `nodes` (addresses,
     /// in the lock's order) are; each node's request gets `node_timeout`.
     Quorum {
-        nodes: Vec<String>,
+        nodes: Arc<[String]>,
         required: usize,
         node_timeout: Duration,
     },
@@ -88,7 +89,7 @@ impl Shape {
     fn nodes(&self) -> Vec<String> {
         match self {
             Shape::Single => Vec::new(),
-            Shape::Quorum { nodes, .. } => nodes.clone(),
+            Shape::Quorum { nodes, .. } => nodes.to_vec(),
         }
     }
 }
@@ -295,13 +296,13 @@ impl Guard {
                 nodes, required, ..
             } => (nodes.clone(), *required),
         };
-        let held: Vec<String> = parts.iter().map(|p| p.node_addr().to_owned()).collect();
+        // The nodes by their place in `held`: addresses are written out
+        // only for an error.
+        let held: Vec<Node> = parts.iter().map(|p| p.lock.node().clone()).collect();
         let mut releases: FuturesUnordered<_> = parts
             .into_iter()
-            .map(|part| {
-                let node = part.node_addr().to_owned();
-                part.release().map(move |result| (node, result))
-            })
+            .enumerate()
+            .map(|(at, part)| part.release().map(move |result| (at, result)))
             .collect();
         let mut released = Vec::new();
         let mut failures = Vec::new();
@@ -319,11 +320,12 @@ impl Guard {
                     Err(_) => break,
                 },
             };
-            let Some((node, result)) = next else { break };
+            let Some((at, result)) = next else { break };
+            let node = || held[at].addr().to_owned();
             match result {
-                Ok(_) => released.push(node),
+                Ok(_) => released.push(at),
                 Err(err) => failures.push(NodeFailure {
-                    node,
+                    node: node(),
                     cause: FailureCause::Failed(err),
                 }),
             }
@@ -354,13 +356,14 @@ impl Guard {
                 nodes: not_held,
             });
         }
+        let held: Vec<String> = held.iter().map(|node| node.addr().to_owned()).collect();
         failures.extend(never_granted(&nodes, &held));
         Err(Error::NoQuorum(QuorumError {
             lock: self.name.to_string(),
             succeeded: released.len(),
             required,
             nodes: nodes.len(),
-            succeeded_on: released,
+            succeeded_on: released.iter().map(|at| held[*at].clone()).collect(),
             failures,
         }))
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// *generation*), and whether a connection to it was just lost.
 pub(crate) struct ServerIdentity {
     addr: String,
-    run_id: std::sync::Mutex<Option<String>>,
+    run_id: std::sync::Mutex<Option<std::sync::Arc<str>>>,
     /// Restarts seen (a `run_id` that changed), for whoever watches.
     generation: tokio::sync::watch::Sender<u64>,
     /// Woken when a connection reports its own disconnection.
@@ -53,7 +53,7 @@ impl ServerIdentity {
     /// its slot 0 primary's.
     #[cfg(feature = "cluster")]
     pub(crate) fn name_run_id(&self, run_id: &str) {
-        *self.run_id.lock().unwrap() = Some(run_id.to_owned());
+        *self.run_id.lock().unwrap() = Some(run_id.into());
     }
 
     pub(super) fn notify_disconnected(&self) {
@@ -69,10 +69,10 @@ impl ServerIdentity {
             Some(old) if old == run_id => {}
             Some(_) => {
                 tracing::info!(node = %self.addr, run_id, "the server restarted (new run_id)");
-                *known = Some(run_id.to_owned());
+                *known = Some(run_id.into());
                 self.bump_generation();
             }
-            None => *known = Some(run_id.to_owned()),
+            None => *known = Some(run_id.into()),
         }
     }
 
@@ -92,7 +92,7 @@ impl ServerIdentity {
     }
 
     /// The server's `run_id`, once a connection was made.
-    pub(crate) fn run_id(&self) -> Option<String> {
+    pub(crate) fn run_id(&self) -> Option<std::sync::Arc<str>> {
         self.run_id.lock().unwrap().clone()
     }
 }

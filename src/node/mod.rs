@@ -253,7 +253,7 @@ impl Node {
 
     /// The server's `run_id` (`INFO server`), once a connection to it was
     /// made: two nodes with one run_id are one server under two addresses.
-    pub(crate) fn server_run_id(&self) -> Option<String> {
+    pub(crate) fn server_run_id(&self) -> Option<Arc<str>> {
         self.inner.server.run_id()
     }
 

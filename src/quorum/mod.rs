@@ -40,6 +40,8 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// across nodes, fairness is per node and best effort.
 pub struct QuorumLock<P: QuorumPolicy> {
     locks: Arc<[Lock]>,
+    /// The parts' node addresses, in order: every guard names them.
+    addrs: Arc<[String]>,
     owner: Option<Owner>,
     node_timeout: Duration,
     /// How long a guard may be held before the crate warns, for the whole
@@ -158,6 +160,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         }
         Ok(QuorumLock {
             locks: locks.iter().map(|lock| lock.as_part_of(P::LABEL)).collect(),
+            addrs: locks
+                .iter()
+                .map(|lock| lock.node().addr().to_owned())
+                .collect(),
             owner: None,
             node_timeout: DEFAULT_NODE_TIMEOUT,
             hold_warning,
@@ -498,6 +504,7 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
     fn clone(&self) -> Self {
         QuorumLock {
             locks: self.locks.clone(),
+            addrs: self.addrs.clone(),
             owner: self.owner.clone(),
             node_timeout: self.node_timeout,
             hold_warning: self.hold_warning,

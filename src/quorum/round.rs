@@ -317,11 +317,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 
         // 4. Won: the guard adopts the late grants.
         let shape = Shape::Quorum {
-            nodes: self
-                .locks
-                .iter()
-                .map(|lock| lock.node().addr().to_owned())
-                .collect(),
+            nodes: self.addrs.clone(),
             required,
             node_timeout,
         };
@@ -338,7 +334,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if !P::INDEPENDENT_SERVERS {
             return Ok(());
         }
-        let ids: Vec<Option<String>> = self
+        let ids: Vec<Option<Arc<str>>> = self
             .locks
             .iter()
             .map(|lock| lock.node().server_run_id())
