@@ -21,8 +21,8 @@
 //! as a quorum granted, after a grace of twice the time the quorum took,
 //! never the node timeout; a grant that arrives later is adopted by the
 //! guard (renewed and released with it) or, if the guard is gone, rolled
-//! back. Fencing settlement and unlock also return at quorum; the rest
-//! finishes in the background. So a RedLock with a minority of masters
+//! back. Fencing settlement also returns at quorum, and unlock after the
+//! same grace; the rest finishes in the background. So a RedLock with a minority of masters
 //! frozen, black-holed or dead costs about what it costs healthy.
 //!
 //! A fenced round's token is settled after the round is won: see
