@@ -22,8 +22,9 @@
 //! never the node timeout; a grant that arrives later is adopted by the
 //! guard (renewed and released with it) or, if the guard is gone, rolled
 //! back. Fencing settlement also returns at quorum, and unlock after the
-//! same grace; the rest finishes in the background. So a RedLock with a minority of masters
-//! frozen, black-holed or dead costs about what it costs healthy.
+//! same grace; the rest finishes in the background. So a RedLock with a
+//! minority of masters frozen, black-holed or dead costs about what it
+//! costs healthy.
 //!
 //! A fenced round's token is settled after the round is won: see
 //! [`fencing`](super::fencing). What a failed or refused node makes of
