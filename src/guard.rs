@@ -237,8 +237,8 @@ impl Guard {
     ///
     /// A multi-node lock releases every node at once and returns once a
     /// quorum of them confirmed and the others answered, or after a grace
-    /// scaled to how long the quorum took (twice that, plus a millisecond:
-    /// never a node's timeout); the others finish in the background
+    /// scaled to how long the quorum took (twice that, plus a millisecond,
+    /// and at most the per-node timeout); the others finish in the background
     /// (bounded: a release that gets no answer is retried on its connection
     /// for at most a minute, then the key ends with its lease).
     ///
@@ -284,7 +284,7 @@ impl Guard {
         if let Some(late) = self.late.take() {
             parts.extend(LateParts::close(&late));
         }
-        let (nodes, required) = match &self.shape {
+        let (nodes, required, node_timeout) = match &self.shape {
             // A single-node lock reports its node's error as it is.
             Shape::Single => {
                 return match parts.pop() {
@@ -293,8 +293,10 @@ impl Guard {
                 };
             }
             Shape::Quorum {
-                nodes, required, ..
-            } => (nodes.clone(), *required),
+                nodes,
+                required,
+                node_timeout,
+            } => (nodes.clone(), *required, *node_timeout),
         };
         // The nodes by their place in `held`: addresses are written out
         // only for an error.
@@ -307,7 +309,8 @@ impl Guard {
         let mut released = Vec::new();
         let mut failures = Vec::new();
         // Once a quorum released, the others get the grace a round gives
-        // them (scaled to the answers seen, never a node's timeout): those
+        // them (scaled to the answers seen, and capped: a release may take
+        // longer than a round's request, which its timeout cuts off): those
         // that answer by then need no task of their own to finish in.
         let started = Instant::now();
         let mut grace_ends = None;
@@ -330,14 +333,24 @@ impl Guard {
                 }),
             }
             if grace_ends.is_none() && released.len() >= required {
-                grace_ends = Some(Instant::now() + policy::grace(started.elapsed()));
+                let grace = policy::grace(started.elapsed()).min(node_timeout);
+                grace_ends = Some(Instant::now() + grace);
             }
         }
         if released.len() >= required {
-            // Debug, not warn: a node that is down fails every unlock at
-            // once, and its change of health was logged once already.
             for failure in &failures {
-                tracing::debug!(lock = %self.name, node = %failure.node, cause = ?failure.cause, "release failed on a node; a quorum released");
+                let FailureCause::Failed(err) = &failure.cause else {
+                    continue;
+                };
+                // A node that is down fails every unlock at once, and its
+                // change of health was logged once already; any other
+                // answer (not held there, refused) is worth a warning, as
+                // it is when it comes in the background.
+                if matches!(err, Error::NodeUnavailable { .. }) {
+                    tracing::debug!(lock = %self.name, node = %failure.node, error = %err, "release failed on a node; a quorum released");
+                } else {
+                    tracing::warn!(lock = %self.name, node = %failure.node, error = %err, "release failed on a node; a quorum released");
+                }
             }
             return Ok(());
         }
