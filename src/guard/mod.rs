@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
@@ -15,11 +14,12 @@ use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavai
 use crate::hold_warning::{HoldWarning, Named};
 use crate::late_parts::LateParts;
 use crate::metrics;
-use crate::node::Node;
 use crate::owner::{Owner, Turn};
-use crate::quorum::policy;
 use crate::single::{self, HeldPart, PartView};
 use crate::timing;
+
+mod quorum_release;
+use quorum_release::release_at_quorum;
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
 /// [`MultiLock`](crate::MultiLock) and [`RedLock`](crate::RedLock).
@@ -298,89 +298,7 @@ impl Guard {
                 node_timeout,
             } => (nodes.clone(), *required, *node_timeout),
         };
-        // The nodes by their place in `held`: addresses are written out
-        // only for an error.
-        let held: Vec<Node> = parts.iter().map(|p| p.lock.node().clone()).collect();
-        let mut releases: FuturesUnordered<_> = parts
-            .into_iter()
-            .enumerate()
-            .map(|(at, part)| part.release().map(move |result| (at, result)))
-            .collect();
-        let mut released = Vec::new();
-        let mut failures = Vec::new();
-        // Once a quorum released, the others get the grace a round gives
-        // them (scaled to the answers seen, and capped: a release may take
-        // longer than a round's request, which its timeout cuts off): those
-        // that answer by then need no task of their own to finish in.
-        let started = Instant::now();
-        let mut grace_ends = None;
-        loop {
-            let next = match grace_ends {
-                None => releases.next().await,
-                Some(ends) => match tokio::time::timeout_at(ends, releases.next()).await {
-                    Ok(next) => next,
-                    // The rest finish in the background (`FinishOnDrop`).
-                    Err(_) => break,
-                },
-            };
-            let Some((at, result)) = next else { break };
-            let node = || held[at].addr().to_owned();
-            match result {
-                Ok(_) => released.push(at),
-                Err(err) => failures.push(NodeFailure {
-                    node: node(),
-                    cause: FailureCause::Failed(err),
-                }),
-            }
-            if grace_ends.is_none() && released.len() >= required {
-                let grace = policy::grace(started.elapsed()).min(node_timeout);
-                grace_ends = Some(Instant::now() + grace);
-            }
-        }
-        if released.len() >= required {
-            for failure in &failures {
-                let FailureCause::Failed(err) = &failure.cause else {
-                    continue;
-                };
-                // A node that is down fails every unlock at once, and its
-                // change of health was logged once already; any other
-                // answer (not held there, refused) is worth a warning, as
-                // it is when it comes in the background.
-                if matches!(err, Error::NodeUnavailable { .. }) {
-                    tracing::debug!(lock = %self.name, node = %failure.node, error = %err, "release failed on a node; a quorum released");
-                } else {
-                    tracing::warn!(lock = %self.name, node = %failure.node, error = %err, "release failed on a node; a quorum released");
-                }
-            }
-            return Ok(());
-        }
-        let not_held: Vec<String> = failures
-            .iter()
-            .filter(|f| matches!(f.cause, FailureCause::Failed(Error::NotHeld { .. })))
-            .map(|f| f.node.clone())
-            .collect();
-        // The nodes where the hold may still have been (released, or not
-        // confirmed either way) are too few for a quorum: the lock was not
-        // held on a quorum when it was released (it had run out, or was
-        // taken away), which is what a single-node lock would say. A node
-        // this guard never held is neither: it proves nothing either way.
-        let maybe_held = held.len() - not_held.len();
-        if maybe_held < required {
-            return Err(Error::NotHeld {
-                lock: self.name.to_string(),
-                nodes: not_held,
-            });
-        }
-        let held: Vec<String> = held.iter().map(|node| node.addr().to_owned()).collect();
-        failures.extend(never_granted(&nodes, &held));
-        Err(Error::NoQuorum(QuorumError {
-            lock: self.name.to_string(),
-            succeeded: released.len(),
-            required,
-            nodes: nodes.len(),
-            succeeded_on: released.iter().map(|at| held[*at].clone()).collect(),
-            failures,
-        }))
+        release_at_quorum(self.name.as_ref(), parts, &nodes, required, node_timeout).await
     }
 
     /// Extends a guard taken with a fixed lease to at least `lease` from
