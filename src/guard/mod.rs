@@ -15,11 +15,12 @@ use crate::hold_warning::{HoldWarning, Named};
 use crate::late_parts::LateParts;
 use crate::metrics;
 use crate::owner::{Owner, Turn};
+use crate::quorum::grace::Pace;
 use crate::single::{self, HeldPart, PartView};
 use crate::timing;
 
 mod quorum_release;
-use quorum_release::release_at_quorum;
+use quorum_release::{QuorumRelease, release_at_quorum};
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
 /// [`MultiLock`](crate::MultiLock) and [`RedLock`](crate::RedLock).
@@ -63,16 +64,18 @@ pub struct Guard {
 }
 
 /// What kind of lock a guard holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Shape {
     /// A single-node [`Lock`](crate::Lock): errors are its node's own.
     Single,
     /// A multi-node lock held while `required` of its `nodes` (addresses,
-    /// in the lock's order) are; each node's request gets `node_timeout`.
+    /// in the lock's order) are; each node's request gets `node_timeout`;
+    /// its fan-outs keep `pace`.
     Quorum {
         nodes: Arc<[String]>,
         required: usize,
         node_timeout: Duration,
+        pace: Arc<Pace>,
     },
 }
 
@@ -284,7 +287,7 @@ impl Guard {
         if let Some(late) = self.late.take() {
             parts.extend(LateParts::close(&late));
         }
-        let (nodes, required, node_timeout) = match &self.shape {
+        let (nodes, required, node_timeout, pace) = match &self.shape {
             // A single-node lock reports its node's error as it is.
             Shape::Single => {
                 return match parts.pop() {
@@ -296,9 +299,16 @@ impl Guard {
                 nodes,
                 required,
                 node_timeout,
-            } => (nodes.clone(), *required, *node_timeout),
+                pace,
+            } => (nodes.clone(), *required, *node_timeout, pace.clone()),
         };
-        release_at_quorum(self.name.as_ref(), parts, &nodes, required, node_timeout).await
+        let quorum = QuorumRelease {
+            nodes: &nodes,
+            required,
+            node_timeout,
+            pace: &pace,
+        };
+        release_at_quorum(self.name.as_ref(), parts, quorum).await
     }
 
     /// Extends a guard taken with a fixed lease to at least `lease` from
@@ -362,6 +372,7 @@ impl Guard {
                 node_timeout,
                 required,
                 nodes,
+                ..
             } => ((*node_timeout).min(lease / 10), *required, nodes.len()),
         };
         timing::check_lease(lease)?;

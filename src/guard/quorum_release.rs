@@ -1,31 +1,52 @@
 //! A multi-node guard's release: every node at once, a quorum to succeed,
 //! a short grace for the others, and the error that names what each said.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::time::Instant;
+use futures::stream::FuturesUnordered;
 
 use super::never_granted;
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
 use crate::node::Node;
-use crate::quorum::policy;
+use crate::quorum::grace::{FanOutTimer, Next, Pace};
 use crate::single::HeldPart;
 
-/// Releases `parts` of lock `lock` (a multi-node lock of `nodes`, held
-/// while `required` of them are): returns once a quorum released and the
-/// others answered or had their grace; the rest finish in the background.
+/// What a multi-node guard's release needs of its lock's shape.
+pub(super) struct QuorumRelease<'a> {
+    /// The lock's nodes, in order.
+    pub(super) nodes: &'a [String],
+    /// How many must release.
+    pub(super) required: usize,
+    /// The longest grace for the others.
+    pub(super) node_timeout: Duration,
+    pub(super) pace: &'a Arc<Pace>,
+}
+
+/// Releases `parts` of lock `lock` (held while `quorum.required` of its
+/// nodes are): returns once a quorum released and the others answered or
+/// had their grace; the rest finish in the background.
 pub(super) async fn release_at_quorum(
     lock: &str,
     parts: Vec<HeldPart>,
-    nodes: &[String],
-    required: usize,
-    node_timeout: Duration,
+    quorum: QuorumRelease<'_>,
 ) -> Result<()> {
+    let QuorumRelease {
+        nodes,
+        required,
+        node_timeout,
+        pace,
+    } = quorum;
     // The nodes by their place in `held`: addresses are written out
     // only for an error.
     let held: Vec<Node> = parts.iter().map(|p| p.lock.node().clone()).collect();
+    // Once a quorum released, the others get the grace a round gives
+    // them (scaled to the answers seen, and capped: a release may take
+    // longer than a round's request, which its timeout cuts off): those
+    // that answer by then need no task of their own to finish in. Each
+    // release has its connection's response timeout: no cut-off here.
+    let mut timer = FanOutTimer::new(pace, None, node_timeout);
     let mut releases: FuturesUnordered<_> = parts
         .into_iter()
         .enumerate()
@@ -33,22 +54,13 @@ pub(super) async fn release_at_quorum(
         .collect();
     let mut released = Vec::new();
     let mut failures = Vec::new();
-    // Once a quorum released, the others get the grace a round gives
-    // them (scaled to the answers seen, and capped: a release may take
-    // longer than a round's request, which its timeout cuts off): those
-    // that answer by then need no task of their own to finish in.
-    let started = Instant::now();
-    let mut grace_ends = None;
+    let mut quorum_reached = false;
     loop {
-        let next = match grace_ends {
-            None => releases.next().await,
-            Some(ends) => match tokio::time::timeout_at(ends, releases.next()).await {
-                Ok(next) => next,
-                // The rest finish in the background (`FinishOnDrop`).
-                Err(_) => break,
-            },
+        let (at, result) = match timer.next(&mut releases).await {
+            Next::Answer(answer) => answer,
+            // The rest finish in the background (`FinishOnDrop`).
+            Next::Done | Next::GraceOver | Next::CutOff => break,
         };
-        let Some((at, result)) = next else { break };
         let node = || held[at].addr().to_owned();
         match result {
             Ok(_) => released.push(at),
@@ -57,9 +69,9 @@ pub(super) async fn release_at_quorum(
                 cause: FailureCause::Failed(err),
             }),
         }
-        if grace_ends.is_none() && released.len() >= required {
-            let grace = policy::grace(started.elapsed()).min(node_timeout);
-            grace_ends = Some(Instant::now() + grace);
+        if !quorum_reached && released.len() >= required {
+            quorum_reached = true;
+            timer.quorum_reached();
         }
     }
     if released.len() >= required {

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::policy::grace;
+use super::grace::{FanOutTimer, Next};
 use super::{QuorumLock, QuorumPolicy};
 use crate::fencing::rules::{self, CounterReport, Settled};
 use crate::fencing::{Group, Part};
@@ -245,6 +245,8 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         enough: impl Fn(&[(usize, Raised)]) -> bool,
     ) -> (Vec<(usize, Raised)>, bool) {
         let book = &self.locks[0].core().fencing;
+        // One timer for every node's timeout: they leave together.
+        let mut timer = FanOutTimer::new(&self.pace, Some(node_timeout), node_timeout);
         let mut raises: FuturesUnordered<_> = self
             .locks
             .iter()
@@ -254,24 +256,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 let sent_at = tokio::time::Instant::now();
                 let raise =
                     protocol::raise_token(lock.keys(), minimum, missing, book.counter_expiry);
-                let raised =
-                    tokio::time::timeout(node_timeout, lock.node().run(lock.lane(), &raise)).await;
-                (index, generation, sent_at, raised.ok().and_then(Result::ok))
+                let raised = lock.node().run(lock.lane(), &raise).await;
+                (index, generation, sent_at, raised.ok())
             })
             .collect();
         let mut answers = Vec::with_capacity(self.locks.len());
-        let started = tokio::time::Instant::now();
-        let mut grace_ends = None;
+        let mut quorum_reached = false;
         loop {
-            let next = match grace_ends {
-                None => raises.next().await,
-                Some(ends) => match tokio::time::timeout_at(ends, raises.next()).await {
-                    Ok(next) => next,
-                    Err(_) => return (answers, true),
-                },
-            };
-            let Some((index, generation, sent_at, raised)) = next else {
-                return (answers, true);
+            let (index, generation, sent_at, raised) = match timer.next(&mut raises).await {
+                Next::Answer(answer) => answer,
+                Next::Done | Next::GraceOver | Next::CutOff => return (answers, true),
             };
             if let Some(raised) = raised {
                 book.observe(&group.parts[index], group, raised.before, sent_at);
@@ -282,11 +276,10 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 if enough(&answers) {
                     return (answers, false);
                 }
-                if patience == Patience::Grace
-                    && grace_ends.is_none()
-                    && answers.len() >= self.quorum()
+                if patience == Patience::Grace && !quorum_reached && answers.len() >= self.quorum()
                 {
-                    grace_ends = Some(tokio::time::Instant::now() + grace(started.elapsed()));
+                    quorum_reached = true;
+                    timer.quorum_reached();
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! arithmetic of the two policies.
 
 mod fencing;
+pub(crate) mod grace;
 pub(crate) mod policy;
 mod queries;
 mod round;
@@ -14,6 +15,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use grace::Pace;
 pub use policy::{All, Majority, QuorumPolicy};
 
 use crate::error::{Error, Result};
@@ -47,6 +49,8 @@ pub struct QuorumLock<P: QuorumPolicy> {
     /// How long a guard may be held before the crate warns, for the whole
     /// hold (`None`: never).
     hold_warning: Option<Duration>,
+    /// How fast its fan-outs reach their quorum, shared with its guards.
+    pace: Arc<Pace>,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -167,6 +171,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             owner: None,
             node_timeout: DEFAULT_NODE_TIMEOUT,
             hold_warning,
+            pace: Arc::default(),
             policy: PhantomData,
         })
     }
@@ -508,6 +513,7 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
             owner: self.owner.clone(),
             node_timeout: self.node_timeout,
             hold_warning: self.hold_warning,
+            pace: self.pace.clone(),
             policy: PhantomData,
         }
     }

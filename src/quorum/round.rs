@@ -20,6 +20,7 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::grace::{FanOutTimer, Next};
 use super::policy;
 use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
@@ -198,15 +199,17 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             .max(Duration::from_millis(1));
         self.check_independent_servers()?;
 
-        // 1. Fan out to every node at once, each under its own timeout. A
-        //    request cut off (by its timeout, or because the round is over)
-        //    finishes in the background and is rolled back there (see
-        //    `Lock::attempt`); a suspect node fails at once, sending nothing.
-        let started = Instant::now();
+        // 1. Fan out to every node at once, under the per-node timeout
+        //    (one timer for all: they leave together). A request cut off
+        //    (by the timeout, or because the round is over) finishes in the
+        //    background and is rolled back there (see `Lock::attempt`); a
+        //    suspect node fails at once, sending nothing.
+        let mut timer = FanOutTimer::new(&self.pace, Some(node_timeout), node_timeout);
+        let started = timer.started();
         let mut pending: FuturesUnordered<Answer> = locks
             .iter()
             .enumerate()
-            .map(|(index, lock)| ask(index, lock.clone(), owner.clone(), lease, node_timeout))
+            .map(|(index, lock)| ask(index, lock.clone(), owner.clone(), lease))
             .collect();
 
         // 2. Count the answers as they come. Stop once the quorum is out of
@@ -214,27 +217,31 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         //    with us win, instead of both waiting out timeouts), or once it
         //    is reached and the grace for the others has passed.
         let mut answered = Answered::new(n);
-        let mut grace_ends: Option<Instant> = None;
         let mut quorum_after: Option<Duration> = None;
         loop {
-            let next = match grace_ends {
-                None => pending.next().await,
-                Some(ends) => match tokio::time::timeout_at(ends, pending.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                },
-            };
-            let Some((index, attempt)) = next else {
-                break;
+            let (index, attempt) = match timer.next(&mut pending).await {
+                Next::Answer(answer) => answer,
+                Next::Done | Next::GraceOver => break,
+                Next::CutOff => {
+                    // A node that did not answer within the timeout becomes
+                    // suspect: the next rounds skip it, at no cost, until it
+                    // answers a probe. Its request goes to the background.
+                    for (index, lock) in self.locks.iter().enumerate() {
+                        if !answered.seen[index] {
+                            lock.node().suspect(lock.lane());
+                            answered.record(index, Err(timed_out(lock)), lock);
+                        }
+                    }
+                    drop(std::mem::take(&mut pending));
+                    break;
+                }
             };
             answered.record(index, attempt, &self.locks[index]);
             if !policy::quorum_reachable(n, required, answered.failures.len()) {
                 break;
             }
-            if grace_ends.is_none() && answered.parts.len() >= required {
-                let after = started.elapsed();
-                quorum_after = Some(after);
-                grace_ends = Some(Instant::now() + policy::grace(after));
+            if quorum_after.is_none() && answered.parts.len() >= required {
+                quorum_after = Some(timer.quorum_reached());
             }
         }
         let elapsed = started.elapsed();
@@ -275,6 +282,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 late.clone(),
                 stragglers,
                 overdue_at,
+                started + node_timeout,
             ));
         }
         let lost = |parts, failures| {
@@ -320,6 +328,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             nodes: self.addrs.clone(),
             required,
             node_timeout,
+            pace: self.pace.clone(),
         };
         let parts = parts.into_iter().map(|(_, part)| part).collect();
         // One hold warning for the whole hold, whatever its parts say.
@@ -362,31 +371,19 @@ impl<P: QuorumPolicy> QuorumLock<P> {
 /// returns can be handed to [`adopt_late_grants`].
 type Answer = BoxFuture<'static, (usize, Result<Attempt>)>;
 
-/// Sends the acquire to one node under the per-node timeout. A node that
-/// does not answer within it becomes suspect: the next rounds skip it, at
-/// no cost, until it answers a probe.
-fn ask(
-    index: usize,
-    lock: Lock,
-    owner: Owner,
-    lease: Option<Duration>,
-    node_timeout: Duration,
-) -> Answer {
-    async move {
-        let attempt = match tokio::time::timeout(node_timeout, lock.attempt(&owner, lease)).await {
-            Ok(attempt) => attempt,
-            Err(_) => {
-                lock.node().suspect(lock.lane());
-                Err(Error::NodeUnavailable {
-                    node: lock.node().addr().to_owned(),
-                    reason: Unavailable::Timeout,
-                    source: None,
-                })
-            }
-        };
-        (index, attempt)
+/// Sends the acquire to one node (the round's timer cuts it off at the
+/// per-node timeout).
+fn ask(index: usize, lock: Lock, owner: Owner, lease: Option<Duration>) -> Answer {
+    async move { (index, lock.attempt(&owner, lease).await) }.boxed()
+}
+
+/// A request of `lock` cut off at the per-node timeout.
+fn timed_out(lock: &Lock) -> Error {
+    Error::NodeUnavailable {
+        node: lock.node().addr().to_owned(),
+        reason: Unavailable::Timeout,
+        source: None,
     }
-    .boxed()
 }
 
 /// The answers a round has counted so far.
@@ -408,9 +405,14 @@ impl Answered {
 
     fn record(&mut self, index: usize, attempt: Result<Attempt>, lock: &Lock) {
         self.seen[index] = true;
+        if let Ok(Attempt::Granted(part)) = attempt {
+            self.parts.push((index, part));
+            return;
+        }
+        // Addresses are written out for failures only.
         let node = lock.node().addr().to_owned();
         match attempt {
-            Ok(Attempt::Granted(part)) => self.parts.push((index, part)),
+            Ok(Attempt::Granted(_)) => unreachable!("recorded above"),
             Ok(Attempt::Taken(ttl)) => self.failures.push(NodeFailure {
                 node,
                 cause: FailureCause::Taken(ttl),
@@ -434,26 +436,32 @@ impl Answered {
 }
 
 /// Waits out the answers a won round did not wait for: a grant is adopted
-/// by the guard, or released at once if the guard is gone. Each answer is
-/// bounded by the per-node timeout, so this ends soon. The `stragglers`
+/// by the guard, or released at once if the guard is gone. The `stragglers`
 /// still silent at `overdue_at` become suspect, so the next rounds stop
-/// adding requests behind theirs.
+/// adding requests behind theirs; those still silent at `cut_off` (the
+/// round's per-node timeout) are cut off as a round cuts them off: suspect,
+/// their requests finishing in the background (see `Lock::attempt`).
 async fn adopt_late_grants(
     mut pending: FuturesUnordered<Answer>,
     late: Arc<Mutex<LateParts>>,
     stragglers: Vec<(usize, Node, Lane)>,
     overdue_at: Instant,
+    cut_off: Instant,
 ) {
-    let mut silent = stragglers;
+    let mut silent = stragglers.clone();
+    let mut unanswered = stragglers;
     let overdue = tokio::time::sleep_until(overdue_at);
-    tokio::pin!(overdue);
+    let cut_off = tokio::time::sleep_until(cut_off);
+    tokio::pin!(overdue, cut_off);
     loop {
         tokio::select! {
+            biased;
             answer = pending.next() => {
                 let Some((index, attempt)) = answer else {
                     return;
                 };
                 silent.retain(|(straggler, _, _)| *straggler != index);
+                unanswered.retain(|(straggler, _, _)| *straggler != index);
                 if let Ok(Attempt::Granted(part)) = attempt {
                     LateParts::adopt(&late, part);
                 }
@@ -462,6 +470,12 @@ async fn adopt_late_grants(
                 for (_, node, lane) in silent.drain(..) {
                     node.suspect_overdue(lane);
                 }
+            }
+            _ = &mut cut_off => {
+                for (_, node, lane) in unanswered {
+                    node.suspect(lane);
+                }
+                return;
             }
         }
     }

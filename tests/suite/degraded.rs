@@ -88,6 +88,64 @@ async fn a_frozen_node_is_skipped_and_used_again_after_it_resumes() {
     }
 }
 
+/// A frozen node that the quorum needs (a MultiLock's) is cut off at the
+/// lock's per-node timeout, not its connection's much longer response
+/// timeout: the round ends, names it as timed out, and makes it suspect.
+#[tokio::test]
+async fn the_node_timeout_cuts_off_a_frozen_node_the_quorum_needs() {
+    let mut servers = servers(3).await;
+    let nodes: Vec<Node> = servers
+        .iter()
+        .map(|s| node_at(&s.url(), Duration::from_secs(20)))
+        .collect();
+    warm(&nodes).await;
+    let client = long_lease_client();
+    let locks = nodes
+        .iter()
+        .map(|node| client.lock(node, NAME).unwrap())
+        .collect();
+    let multi = client
+        .multi_lock(locks)
+        .unwrap()
+        .with_node_timeout(Duration::from_millis(300))
+        .unwrap();
+    servers[2].pause().await.unwrap();
+    let started = Instant::now();
+    let outcome = multi.try_lock_for(Duration::ZERO, Some(LONG_LEASE)).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the round waited for the frozen node's 20 s response timeout: {took:?}"
+    );
+    let Err(Error::NoQuorum(q)) = outcome else {
+        panic!("expected NoQuorum, got {outcome:?}");
+    };
+    let frozen = q
+        .failures
+        .iter()
+        .find(|f| f.node == addr(&servers[2]))
+        .unwrap_or_else(|| panic!("the frozen node is named: {q}"));
+    assert!(
+        matches!(
+            frozen.cause,
+            FailureCause::Failed(Error::NodeUnavailable {
+                reason: Unavailable::Timeout,
+                ..
+            })
+        ),
+        "{q}"
+    );
+    assert!(
+        matches!(nodes[2].health(), Health::Suspect { .. }),
+        "{:?}",
+        nodes[2].health()
+    );
+    servers[2].unpause().await.unwrap();
+    for s in &servers {
+        wait_absent(&s.url(), NAME, PATIENCE, "the grants rolled back").await;
+    }
+}
+
 /// A node that answers after the round returned (slower than the others,
 /// within its timeout): its grant is adopted by the guard, and released
 /// with it. The lease is a minute: only the release can clear the key.
