@@ -40,7 +40,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics;
@@ -49,10 +48,12 @@ use crate::timing;
 
 mod record;
 mod renewal;
+mod standing;
 
 use record::Standing;
 pub(crate) use record::{GrantRecord, Record, Registration, Renewal};
 use renewal::Timer;
+use standing::StandingSender;
 
 /// Holds renewed per script call: one call renews ~500 holds in about 3 ms
 /// of server time, during which the node runs nothing else.
@@ -148,7 +149,7 @@ struct Entry {
     /// sent after it proves this entry's holds over; one sent before it
     /// raced a re-entry and joins.
     last_joined: Instant,
-    standing: watch::Sender<Standing>,
+    standing: StandingSender,
 }
 
 impl Entry {
@@ -407,14 +408,13 @@ impl NodeWatchdog {
             renew_until: Vec::new(),
             capped: false,
             last_joined: grant.replied_at,
-            standing: watch::channel(Standing {
+            standing: StandingSender::new(Standing {
                 gone: false,
                 trusted_until,
                 expired_by,
                 unproven: false,
                 breaks: 0,
-            })
-            .0,
+            }),
         };
         // One lookup: this runs for every grant.
         let entry = match entries.by_lock.entry(key.clone()) {

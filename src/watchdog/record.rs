@@ -7,9 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::standing::StandingReceiver;
 use super::{EntryKey, NodeWatchdog};
 use crate::timing;
 
@@ -85,7 +85,7 @@ pub(crate) struct Record {
     /// entry's) does not keep it; `None` for other holds, which share
     /// their entry's key.
     pub(super) own: Option<Arc<Mutex<Instant>>>,
-    pub(super) standing: watch::Receiver<Standing>,
+    pub(super) standing: StandingReceiver,
 }
 
 impl Registration {
@@ -150,7 +150,7 @@ impl Record {
         let (joined, own) = (self.joined, self.own.clone());
         async move {
             loop {
-                let standing = *updates.borrow_and_update();
+                let standing = updates.borrow_and_update();
                 let Some(until) = proven_until(&standing, joined, own.as_deref()) else {
                     return;
                 };
@@ -179,7 +179,7 @@ impl Record {
     /// True once this hold is surely over: gone, or its key's TTL has surely
     /// run out. Its field, if present again, belongs to a later hold.
     pub(crate) fn is_over(&self) -> bool {
-        let standing = *self.standing.borrow();
+        let standing = self.standing.borrow();
         standing.gone || Instant::now() >= standing.expired_by
     }
 
@@ -203,7 +203,7 @@ impl Record {
     /// Until when the key surely lives; `None` once the hold is gone.
     #[cfg(test)]
     pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        let standing = *self.standing.borrow();
+        let standing = self.standing.borrow();
         (!standing.gone).then_some(standing.trusted_until)
     }
 }
