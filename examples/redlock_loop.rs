@@ -5,9 +5,10 @@
 //!
 //! `cargo run --release --example redlock_loop` starts 5 redis-servers and
 //! runs both in blocks of 500 lock+unlocks, taking turns for 6 s;
-//! `-- NODES SECONDS [ours|limit|turns]` changes the node count and the
-//! length, and runs one of them alone (`ours`, `limit`: for `perf record`)
-//! or both in turns (`turns`, the default). It prints the mean and median
+//! `-- NODES SECONDS [ours|limit|turns [BLOCK]]` changes the node count and
+//! the length, and runs one of them alone (`ours`, `limit`: for `perf
+//! record`) or both in turns (`turns`, the default) of BLOCK lock+unlocks.
+//! The loop runs in a task of its own, as the benchmark's. It prints the mean and median
 //! lock+unlock of each, and this process's CPU per lock+unlock when one
 //! runs alone (`/proc/self/stat`, user + system). Figures: `BENCHMARKS.md`.
 
@@ -21,7 +22,8 @@ use redis::aio::MultiplexedConnection;
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const LEASE: Duration = Duration::from_secs(30);
-/// Lock+unlocks per turn: long enough that each side runs warm.
+/// Lock+unlocks per turn unless given: long enough that each side runs
+/// warm (the benchmark's section (a) takes turns of 50).
 const BLOCK: usize = 500;
 
 #[tokio::main]
@@ -29,9 +31,15 @@ async fn main() -> Result {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: usize = args.first().map(|s| s.parse()).transpose()?.unwrap_or(5);
     let secs: f64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(6.0);
-    let mode = args.get(2).map_or("turns", String::as_str);
-    if !matches!(mode, "ours" | "limit" | "turns") {
-        return Err(format!("mode {mode:?}: ours, limit or turns").into());
+    let mode = match args.get(2).map_or("turns", String::as_str) {
+        "ours" => "ours",
+        "limit" => "limit",
+        "turns" => "turns",
+        other => return Err(format!("mode {other:?}: ours, limit or turns").into()),
+    };
+    let block: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(BLOCK);
+    if block == 0 {
+        return Err("the block must be at least one lock+unlock".into());
     }
     let mut servers = Vec::with_capacity(n);
     for _ in 0..n {
@@ -61,23 +69,29 @@ async fn main() -> Result {
 
     let stop_at = Instant::now() + Duration::from_secs_f64(secs);
     let cpu_before = cpu_seconds()?;
-    let (mut ours, mut limit) = (Vec::new(), Vec::new());
-    while Instant::now() < stop_at {
-        if mode != "limit" {
-            for _ in 0..BLOCK {
-                let started = Instant::now();
-                ours_once(&red).await?;
-                ours.push(started.elapsed());
+    // In a task of its own, as the benchmark's section (a) runs: a worker
+    // thread, where the main thread's `block_on` is not one.
+    let timed = tokio::spawn(async move {
+        let (mut ours, mut limit) = (Vec::new(), Vec::new());
+        while Instant::now() < stop_at {
+            if mode != "limit" {
+                for _ in 0..block {
+                    let started = Instant::now();
+                    ours_once(&red).await?;
+                    ours.push(started.elapsed());
+                }
+            }
+            if mode != "ours" {
+                for _ in 0..block {
+                    let started = Instant::now();
+                    limit_once(&bare).await?;
+                    limit.push(started.elapsed());
+                }
             }
         }
-        if mode != "ours" {
-            for _ in 0..BLOCK {
-                let started = Instant::now();
-                limit_once(&bare).await?;
-                limit.push(started.elapsed());
-            }
-        }
-    }
+        Result::Ok((ours, limit))
+    });
+    let (mut ours, mut limit) = timed.await??;
     let cpu = cpu_seconds()? - cpu_before;
     println!("{n} nodes, {secs} s, {mode}:");
     for (label, samples) in [("RedLock", &mut ours), ("Redisson 3.24+ limit", &mut limit)] {
