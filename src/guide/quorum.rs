@@ -18,8 +18,12 @@
 //! sent, while one probe per node (PING, backing off from 20 ms to 500 ms)
 //! decides when it is back; a warning is logged when it becomes suspect and
 //! an info line when it recovers, once per change. A round returns as soon
-//! as a quorum granted, after a grace of twice the time the quorum took,
-//! never the node timeout; a grant that arrives later is adopted by the
+//! as a quorum granted, after a grace of twice the time the quorum took
+//! plus a millisecond (a round that reached its quorum sooner may wait up
+//! to 5 ms from its start: the one timer a round arms, as its requests
+//! leave, is not moved for less), never the node timeout; a node that has
+//! not answered by the node timeout is cut off and becomes suspect even
+//! when the quorum needs it. A grant that arrives later is adopted by the
 //! guard (renewed and released with it) or, if the guard is gone, rolled
 //! back. Fencing settlement also returns at quorum, and unlock after the
 //! same grace; the rest finishes in the background. So a RedLock with a
