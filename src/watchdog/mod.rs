@@ -50,10 +50,9 @@ mod record;
 mod renewal;
 mod standing;
 
-use record::Standing;
 pub(crate) use record::{GrantRecord, Record, Registration, Renewal};
 use renewal::Timer;
-use standing::StandingSender;
+use standing::{Standing, StandingSender};
 
 /// Holds renewed per script call: one call renews ~500 holds in about 3 ms
 /// of server time, during which the node runs nothing else.

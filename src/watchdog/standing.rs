@@ -12,8 +12,30 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
-use super::record::Standing;
+/// What the client knows of one entry's key.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Standing {
+    /// A renewal found the hold gone, or a fresh grant proved it over.
+    pub(super) gone: bool,
+    /// Until when the key surely lives: the latest TTL set for it, counted
+    /// from when its request was sent, less clock drift.
+    pub(super) trusted_until: Instant,
+    /// From when the key has surely expired, unless renewed: the latest TTL
+    /// counted from when its reply arrived, plus clock drift.
+    pub(super) expired_by: Instant,
+    /// The last renewal was refused or timed out.
+    pub(super) unproven: bool,
+    /// How many times the proof of this entry's holds broke: a renewal was
+    /// refused or timed out, or the trusted TTL ran out before a renewal
+    /// or grant extended it. A hold is proven only while this is what it
+    /// was when the hold joined: once a guard could not prove its hold, it
+    /// never claims it again (its `lost()` has fired, or could have), even
+    /// when a later renewal finds the field (which a read hold's field
+    /// outlives: the timeout keys are what expire).
+    pub(super) breaks: u64,
+}
 
 struct Shared {
     value: Mutex<Standing>,
@@ -129,8 +151,6 @@ impl StandingReceiver {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use tokio::time::Instant;
 
     use super::*;
 
