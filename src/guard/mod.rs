@@ -20,7 +20,7 @@ use crate::single::{self, HeldPart, PartView};
 use crate::timing;
 
 mod quorum_release;
-use quorum_release::{QuorumRelease, release_at_quorum};
+use quorum_release::release_at_quorum;
 
 /// Proof that a lock is held: returned by every acquire of [`Lock`](crate::Lock),
 /// [`MultiLock`](crate::MultiLock) and [`RedLock`](crate::RedLock).
@@ -302,13 +302,15 @@ impl Guard {
                 pace,
             } => (nodes.clone(), *required, *node_timeout, pace.clone()),
         };
-        let quorum = QuorumRelease {
-            nodes: &nodes,
+        release_at_quorum(
+            self.name.as_ref(),
+            parts,
+            &nodes,
             required,
             node_timeout,
-            pace: &pace,
-        };
-        release_at_quorum(self.name.as_ref(), parts, quorum).await
+            &pace,
+        )
+        .await
     }
 
     /// Extends a guard taken with a fixed lease to at least `lease` from

@@ -13,31 +13,18 @@ use crate::node::Node;
 use crate::quorum::grace::{FanOutTimer, Next, Pace};
 use crate::single::HeldPart;
 
-/// What a multi-node guard's release needs of its lock's shape.
-pub(super) struct QuorumRelease<'a> {
-    /// The lock's nodes, in order.
-    pub(super) nodes: &'a [String],
-    /// How many must release.
-    pub(super) required: usize,
-    /// The longest grace for the others.
-    pub(super) node_timeout: Duration,
-    pub(super) pace: &'a Arc<Pace>,
-}
-
-/// Releases `parts` of lock `lock` (held while `quorum.required` of its
-/// nodes are): returns once a quorum released and the others answered or
-/// had their grace; the rest finish in the background.
+/// Releases `parts` of lock `lock` (a multi-node lock of `nodes`, held
+/// while `required` of them are; its fan-outs keep `pace`): returns once a
+/// quorum released and the others answered or had their grace (at most
+/// `node_timeout`); the rest finish in the background.
 pub(super) async fn release_at_quorum(
     lock: &str,
     parts: Vec<HeldPart>,
-    quorum: QuorumRelease<'_>,
+    nodes: &[String],
+    required: usize,
+    node_timeout: Duration,
+    pace: &Arc<Pace>,
 ) -> Result<()> {
-    let QuorumRelease {
-        nodes,
-        required,
-        node_timeout,
-        pace,
-    } = quorum;
     // The nodes by their place in `held`: addresses are written out
     // only for an error.
     let held: Vec<Node> = parts.iter().map(|p| p.lock.node().clone()).collect();

@@ -26,6 +26,7 @@
 //! the same timeout.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ pub(crate) struct FanOutTimer {
     cut_off: Option<Instant>,
     /// The longest grace.
     cap: Duration,
-    pace: std::sync::Arc<Pace>,
+    pace: Arc<Pace>,
     /// Boxed: a fan-out's future is moved into a task or a box anyway, and
     /// the timer must stay pinned while it is armed.
     timer: Pin<Box<Sleep>>,
@@ -97,11 +98,7 @@ pub(crate) struct FanOutTimer {
 impl FanOutTimer {
     /// The timer of a fan-out whose requests leave now. Armed at the first
     /// [`FanOutTimer::next`], after the requests were sent.
-    pub(crate) fn new(
-        pace: &std::sync::Arc<Pace>,
-        cut_off: Option<Duration>,
-        cap: Duration,
-    ) -> FanOutTimer {
+    pub(crate) fn new(pace: &Arc<Pace>, cut_off: Option<Duration>, cap: Duration) -> FanOutTimer {
         let started = Instant::now();
         let cut_off = cut_off.map(|timeout| started + timeout);
         let mut first = started + pace.expected_end(cap);
@@ -186,8 +183,6 @@ impl FanOutTimer {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use futures::future::BoxFuture;
     use futures::stream::FuturesUnordered;
 
@@ -225,64 +220,58 @@ mod tests {
         assert_eq!(timer.started().elapsed(), Duration::from_millis(500));
     }
 
+    /// How long after its start a fan-out, `pace`d, under `cut_off` and
+    /// `cap`, whose quorum answers after `quorum_ms` and whose other node
+    /// never does, ends its grace.
+    async fn grace_over_at(
+        pace: &Arc<Pace>,
+        quorum_ms: u64,
+        cut_off: Option<Duration>,
+        cap: Duration,
+    ) -> Duration {
+        let mut answers = answers(quorum_ms, 10_000);
+        let mut timer = FanOutTimer::new(pace, cut_off, cap);
+        assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
+        assert_eq!(timer.quorum_reached(), Duration::from_millis(quorum_ms));
+        assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
+        timer.started().elapsed()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn after_the_quorum_the_others_get_the_grace() {
         let pace = Arc::new(Pace::default());
         // The first fan-out moves its timer; the next ones, as fast, keep
-        // the one armed with their requests.
+        // the one armed with their requests. 10 ms to the quorum, then a
+        // grace of 2 × 10 + 1 ms.
         for _ in 0..3 {
-            let mut answers = answers(10, 10_000);
-            let mut timer = FanOutTimer::new(&pace, TIMEOUT, Duration::MAX);
-            assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
-            assert_eq!(timer.quorum_reached(), Duration::from_millis(10));
-            assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
-            // 10 ms to the quorum, then a grace of 2 × 10 + 1 ms.
-            assert_eq!(timer.started().elapsed(), Duration::from_millis(31));
+            let ended = grace_over_at(&pace, 10, TIMEOUT, Duration::MAX).await;
+            assert_eq!(ended, Duration::from_millis(31));
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_fast_fan_out_ends_its_grace_at_the_slack() {
-        let pace = paced(1);
-        let mut answers = answers(1, 10_000);
-        let mut timer = FanOutTimer::new(&pace, TIMEOUT, Duration::MAX);
-        assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
-        timer.quorum_reached();
-        assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
-        assert_eq!(timer.started().elapsed(), SLACK);
+        let ended = grace_over_at(&paced(1), 1, TIMEOUT, Duration::MAX).await;
+        assert_eq!(ended, SLACK);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_fan_out_much_slower_than_the_last_still_gets_its_grace() {
-        let pace = paced(1);
-        let mut answers = answers(40, 10_000);
-        let mut timer = FanOutTimer::new(&pace, TIMEOUT, Duration::MAX);
-        assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
-        timer.quorum_reached();
-        assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
-        assert_eq!(timer.started().elapsed(), Duration::from_millis(40 + 81));
+        let ended = grace_over_at(&paced(1), 40, TIMEOUT, Duration::MAX).await;
+        assert_eq!(ended, Duration::from_millis(40 + 81));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_fan_out_much_faster_than_the_last_gets_no_longer_grace() {
-        let pace = paced(100);
-        let mut answers = answers(2, 10_000);
-        let mut timer = FanOutTimer::new(&pace, TIMEOUT, Duration::MAX);
-        assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
-        timer.quorum_reached();
-        assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
-        assert_eq!(timer.started().elapsed(), Duration::from_millis(2 + 5));
+        let ended = grace_over_at(&paced(100), 2, TIMEOUT, Duration::MAX).await;
+        assert_eq!(ended, Duration::from_millis(2 + 5));
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_a_cut_off_it_waits_for_the_quorum_and_caps_the_grace() {
-        let pace = paced(1);
-        let mut answers = answers(2_000, 10_000);
-        let mut timer = FanOutTimer::new(&pace, None, Duration::from_millis(500));
-        assert!(matches!(timer.next(&mut answers).await, Next::Answer(1)));
-        timer.quorum_reached();
-        assert!(matches!(timer.next(&mut answers).await, Next::GraceOver));
-        assert_eq!(timer.started().elapsed(), Duration::from_millis(2_500));
+        let cap = Duration::from_millis(500);
+        let ended = grace_over_at(&paced(1), 2_000, None, cap).await;
+        assert_eq!(ended, Duration::from_millis(2_500));
     }
 
     #[tokio::test(start_paused = true)]

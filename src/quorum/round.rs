@@ -405,33 +405,19 @@ impl Answered {
 
     fn record(&mut self, index: usize, attempt: Result<Attempt>, lock: &Lock) {
         self.seen[index] = true;
-        if let Ok(Attempt::Granted(part)) = attempt {
-            self.parts.push((index, part));
-            return;
-        }
-        // Addresses are written out for failures only.
-        let node = lock.node().addr().to_owned();
-        match attempt {
-            Ok(Attempt::Granted(_)) => unreachable!("recorded above"),
-            Ok(Attempt::Taken(ttl)) => self.failures.push(NodeFailure {
-                node,
-                cause: FailureCause::Taken(ttl),
-            }),
+        let cause = match attempt {
+            Ok(Attempt::Granted(part)) => return self.parts.push((index, part)),
+            Ok(Attempt::Taken(ttl)) => FailureCause::Taken(ttl),
             // Granted, but read after its TTL could have run out: as late as
             // a timeout.
-            Ok(Attempt::Expired) => self.failures.push(NodeFailure {
-                cause: FailureCause::Failed(Error::NodeUnavailable {
-                    node: node.clone(),
-                    reason: Unavailable::Timeout,
-                    source: None,
-                }),
-                node,
-            }),
-            Err(err) => self.failures.push(NodeFailure {
-                node,
-                cause: FailureCause::Failed(err),
-            }),
-        }
+            Ok(Attempt::Expired) => FailureCause::Failed(timed_out(lock)),
+            Err(err) => FailureCause::Failed(err),
+        };
+        // Addresses are written out for failures only.
+        self.failures.push(NodeFailure {
+            node: lock.node().addr().to_owned(),
+            cause,
+        });
     }
 }
 
@@ -448,8 +434,8 @@ async fn adopt_late_grants(
     overdue_at: Instant,
     cut_off: Instant,
 ) {
-    let mut silent = stragglers.clone();
     let mut unanswered = stragglers;
+    let mut marked_overdue = false;
     let overdue = tokio::time::sleep_until(overdue_at);
     let cut_off = tokio::time::sleep_until(cut_off);
     tokio::pin!(overdue, cut_off);
@@ -460,15 +446,15 @@ async fn adopt_late_grants(
                 let Some((index, attempt)) = answer else {
                     return;
                 };
-                silent.retain(|(straggler, _, _)| *straggler != index);
                 unanswered.retain(|(straggler, _, _)| *straggler != index);
                 if let Ok(Attempt::Granted(part)) = attempt {
                     LateParts::adopt(&late, part);
                 }
             }
-            _ = &mut overdue, if !silent.is_empty() => {
-                for (_, node, lane) in silent.drain(..) {
-                    node.suspect_overdue(lane);
+            _ = &mut overdue, if !marked_overdue => {
+                marked_overdue = true;
+                for (_, node, lane) in &unanswered {
+                    node.suspect_overdue(*lane);
                 }
             }
             _ = &mut cut_off => {

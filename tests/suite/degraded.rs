@@ -16,6 +16,11 @@ fn nodes(servers: &[RedisProcess]) -> Vec<Node> {
     servers.iter().map(node).collect()
 }
 
+/// The servers' nodes, with `timeout` to connect and for each reply.
+fn nodes_at(servers: &[RedisProcess], timeout: Duration) -> Vec<Node> {
+    servers.iter().map(|s| node_at(&s.url(), timeout)).collect()
+}
+
 /// A RedLock of `long_lease_client()` whose per-node timeout is `timeout`.
 fn red_lock(nodes: &[Node], timeout: Duration) -> RedLock {
     long_lease_client()
@@ -94,10 +99,7 @@ async fn a_frozen_node_is_skipped_and_used_again_after_it_resumes() {
 #[tokio::test]
 async fn the_node_timeout_cuts_off_a_frozen_node_the_quorum_needs() {
     let mut servers = servers(3).await;
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| node_at(&s.url(), Duration::from_secs(20)))
-        .collect();
+    let nodes = nodes_at(&servers, Duration::from_secs(20));
     warm(&nodes).await;
     let client = long_lease_client();
     let locks = nodes
@@ -284,10 +286,7 @@ async fn a_slow_node_does_not_trip_lost() {
     }))
     .await
     .unwrap();
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| node_at(&s.url(), Duration::from_secs(2)))
-        .collect();
+    let nodes = nodes_at(&servers, Duration::from_secs(2));
     let red = client_with_watchdog(Duration::from_millis(900))
         .red_lock_on(&nodes, NAME)
         .unwrap();
@@ -393,10 +392,7 @@ async fn no_quorum_names_every_node() {
 #[tokio::test]
 async fn unlock_returns_at_quorum_and_the_rest_follows() {
     let mut servers = servers(5).await;
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| node_at(&s.url(), Duration::from_secs(2)))
-        .collect();
+    let nodes = nodes_at(&servers, Duration::from_secs(2));
     let red = long_lease_client().red_lock_on(&nodes, NAME).unwrap();
     let guard = red.lock_with_lease(LONG_LEASE).await.unwrap();
     eventually(
@@ -429,10 +425,7 @@ async fn unlock_returns_at_quorum_and_the_rest_follows() {
 #[tokio::test]
 async fn a_waiter_does_not_wait_for_a_suspect_nodes_subscription() {
     let mut servers = servers(3).await;
-    let nodes: Vec<Node> = servers
-        .iter()
-        .map(|s| node_at(&s.url(), Duration::from_secs(2)))
-        .collect();
+    let nodes = nodes_at(&servers, Duration::from_secs(2));
     warm(&nodes).await;
     let red = red_lock(&nodes, Duration::from_secs(2));
     servers[2].pause().await.unwrap();
