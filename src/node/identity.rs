@@ -4,6 +4,7 @@
 //! parent) use it without importing the pool, which imports the target.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The server behind a node, as its connections see it: its `run_id`,
 /// which changes when it restarts (the restarts seen so far are its
@@ -11,6 +12,9 @@ use std::sync::Arc;
 pub(crate) struct ServerIdentity {
     addr: String,
     run_id: std::sync::Mutex<Option<std::sync::Arc<str>>>,
+    /// Times `run_id` was set: bumped after it, so whoever read the count
+    /// before reading the id learns of every later change by the count.
+    run_id_changes: AtomicU64,
     /// Restarts seen (a `run_id` that changed), for whoever watches.
     generation: tokio::sync::watch::Sender<u64>,
     /// Woken when a connection reports its own disconnection.
@@ -25,6 +29,7 @@ impl ServerIdentity {
         ServerIdentity {
             addr,
             run_id: Default::default(),
+            run_id_changes: AtomicU64::new(0),
             generation: tokio::sync::watch::channel(0).0,
             disconnected: tokio::sync::Notify::new(),
             parent: None,
@@ -54,6 +59,7 @@ impl ServerIdentity {
     #[cfg(feature = "cluster")]
     pub(crate) fn name_run_id(&self, run_id: &str) {
         *self.run_id.lock().unwrap() = Some(run_id.into());
+        self.run_id_changes.fetch_add(1, Ordering::Release);
     }
 
     pub(super) fn notify_disconnected(&self) {
@@ -66,7 +72,7 @@ impl ServerIdentity {
     pub(super) fn observe(&self, run_id: &str) {
         let mut known = self.run_id.lock().unwrap();
         match known.as_deref() {
-            Some(old) if old == run_id => {}
+            Some(old) if old == run_id => return,
             Some(_) => {
                 tracing::info!(node = %self.addr, run_id, "the server restarted (new run_id)");
                 *known = Some(run_id.into());
@@ -74,6 +80,7 @@ impl ServerIdentity {
             }
             None => *known = Some(run_id.into()),
         }
+        self.run_id_changes.fetch_add(1, Ordering::Release);
     }
 
     /// Restarts seen so far.
@@ -94,5 +101,11 @@ impl ServerIdentity {
     /// The server's `run_id`, once a connection was made.
     pub(crate) fn run_id(&self) -> Option<std::sync::Arc<str>> {
         self.run_id.lock().unwrap().clone()
+    }
+
+    /// How many times [`ServerIdentity::run_id`] was set so far: read it
+    /// first, and an unchanged count later means an unchanged id.
+    pub(crate) fn run_id_changes(&self) -> u64 {
+        self.run_id_changes.load(Ordering::Acquire)
     }
 }

@@ -257,6 +257,11 @@ impl Node {
         self.inner.server.run_id()
     }
 
+    /// How many times [`Node::server_run_id`] changed so far.
+    pub(crate) fn server_run_id_changes(&self) -> u64 {
+        self.inner.server.run_id_changes()
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.inner.id
     }

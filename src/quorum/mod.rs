@@ -13,6 +13,7 @@ mod round;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use grace::Pace;
@@ -51,6 +52,9 @@ pub struct QuorumLock<P: QuorumPolicy> {
     hold_warning: Option<Duration>,
     /// How fast its fan-outs reach their quorum, shared with its guards.
     pace: Arc<Pace>,
+    /// When its servers were last found independent: the sum of their
+    /// `run_id` change counts then, plus one (0: not yet).
+    independent_at: Arc<AtomicU64>,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -172,6 +176,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             hold_warning,
             pace: Arc::default(),
+            independent_at: Arc::default(),
             policy: PhantomData,
         })
     }
@@ -514,6 +519,7 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
             node_timeout: self.node_timeout,
             hold_warning: self.hold_warning,
             pace: self.pace.clone(),
+            independent_at: self.independent_at.clone(),
             policy: PhantomData,
         }
     }

@@ -10,6 +10,7 @@
 //! granted or out of time, woken by unlock messages from any node.
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -343,6 +344,16 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if !P::INDEPENDENT_SERVERS {
             return Ok(());
         }
+        // Twice a round: checked again only when an id changed since the
+        // servers were last found independent (the counts are read first).
+        let changes: u64 = self
+            .locks
+            .iter()
+            .map(|lock| lock.node().server_run_id_changes())
+            .sum();
+        if self.independent_at.load(Ordering::Acquire) == changes + 1 {
+            return Ok(());
+        }
         let ids: Vec<Option<Arc<str>>> = self
             .locks
             .iter()
@@ -361,6 +372,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 }
             }
         }
+        self.independent_at.store(changes + 1, Ordering::Release);
         Ok(())
     }
 }

@@ -330,12 +330,13 @@ impl Lock {
                     count: grant.count,
                     reads: self.reads(),
                 };
-                let registration = self.inner.core.watchdogs.register(
+                let registration = self.inner.core.watchdogs.register_kept(
                     &self.inner.node,
                     &self.inner.keys.name,
                     &field,
                     record,
                     self.renewal(lease, sent_at),
+                    &self.inner.watchdog,
                 );
                 let Some(registration) = registration else {
                     // A rollback of this owner's may have undone it.

@@ -25,7 +25,7 @@ use crate::node::{Lane, Node};
 use crate::owner::Owner;
 use crate::protocol::{Fencing, LockKeys};
 use crate::timing;
-use crate::watchdog::Renewal;
+use crate::watchdog::{KeptWatchdog, Renewal};
 
 pub(crate) use acquire::Attempt;
 pub use fair::DEFAULT_QUEUE_WAIT;
@@ -111,6 +111,8 @@ struct LockInner {
     replica_sync: Option<(u32, Duration)>,
     /// Which of Redisson's locks this is.
     family: kind::Family,
+    /// Its node's watchdog, kept between holds.
+    watchdog: KeptWatchdog,
 }
 
 impl Lock {
@@ -132,6 +134,7 @@ impl Lock {
                 kind: metrics::SINGLE,
                 replica_sync: None,
                 family: kind::Family::Reentrant,
+                watchdog: KeptWatchdog::default(),
             }),
             owner: None,
             queue_wait: None,

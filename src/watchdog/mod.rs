@@ -28,7 +28,9 @@
 //! same owner made since for the same key. Renewals go out even to a
 //! suspect node: one per tick is what tells. A timer that ended for any
 //! reason (its runtime shut down) is started again by the next
-//! registration, and a node's watchdog is dropped once it holds nothing.
+//! registration, and a node's watchdog leaves the client once it holds
+//! nothing (a lock keeps the one of its node, to register with again:
+//! [`KeptWatchdog`]).
 //!
 //! No renewal outlives an unlock: the release first leaves its entry, then
 //! waits for a renewal call already under way ([`NodeWatchdog::quiesce`]),
@@ -37,7 +39,7 @@
 use std::collections::{HashMap, hash_map};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -61,6 +63,17 @@ pub(crate) const RENEW_BATCH_SIZE: usize = 500;
 /// A client's node watchdogs. A list: a client talks to a handful of
 /// nodes, and finding one by its id in a list is cheaper than hashing.
 type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
+
+/// The watchdog a lock last registered a hold with, kept by the lock (one
+/// client, one node) while the client's map lets it go between holds: a
+/// lock taken and released in a loop then makes no watchdog per grant (an
+/// allocation, its table's, and their frees: a fifth of a 5-node RedLock's
+/// own CPU per lock+unlock beside a bare connection's, BENCHMARKS.md).
+#[derive(Clone, Default)]
+pub(crate) struct KeptWatchdog(OnceLock<Arc<NodeWatchdog>>);
+
+/// The most holds whose table a watchdog with none left keeps.
+const KEPT_TABLE: usize = 64;
 
 /// Every node's watchdog of one client.
 pub(crate) struct Watchdogs {
@@ -215,7 +228,31 @@ impl Watchdogs {
     ///
     /// `None`: not recorded, because a rollback that may have undone this
     /// very grant was sent after it ([`Watchdogs::begin_guessing_rollback`]);
-    /// the caller must roll it back and not trust it.
+    /// the caller must roll it back and not trust it. `kept`: what the
+    /// registering lock keeps of `node`'s watchdog.
+    pub(crate) fn register_kept(
+        &self,
+        node: &Node,
+        key: &Arc<str>,
+        field: &Arc<str>,
+        grant: GrantRecord,
+        renewal: Renewal,
+        kept: &KeptWatchdog,
+    ) -> Option<Registration> {
+        // Registered while the map is locked (then the entries: the order
+        // `prune_if_empty` takes them in), so a watchdog being pruned at this
+        // moment cannot take this hold with it out of the map.
+        let mut by_node = self.by_node.lock().unwrap();
+        let dog = self.kept_dog_in(&mut by_node, node, kept);
+        let key = EntryKey {
+            lock: key.clone(),
+            field: field.clone(),
+        };
+        dog.register(key, grant, renewal)
+    }
+
+    /// [`Watchdogs::register_kept`] for a caller that keeps no watchdog.
+    #[cfg(test)]
     pub(crate) fn register(
         &self,
         node: &Node,
@@ -224,16 +261,30 @@ impl Watchdogs {
         grant: GrantRecord,
         renewal: Renewal,
     ) -> Option<Registration> {
-        // Registered while the map is locked (then the entries: the order
-        // `prune_if_empty` takes them in), so a watchdog being pruned at this
-        // moment cannot take this hold with it out of the map.
-        let mut by_node = self.by_node.lock().unwrap();
-        let dog = self.dog_in(&mut by_node, node);
-        let key = EntryKey {
-            lock: key.clone(),
-            field: field.clone(),
-        };
-        dog.register(key, grant, renewal)
+        let kept = KeptWatchdog::default();
+        self.register_kept(node, key, field, grant, renewal, &kept)
+    }
+
+    /// `node`'s watchdog in `by_node`: the one there, else the one `kept`
+    /// (put back), else a new one, which `kept` then keeps.
+    fn kept_dog_in(
+        &self,
+        by_node: &mut Vec<Arc<NodeWatchdog>>,
+        node: &Node,
+        kept: &KeptWatchdog,
+    ) -> Arc<NodeWatchdog> {
+        if let Some(dog) = by_node.iter().find(|dog| dog.node_id == node.id()) {
+            return dog.clone();
+        }
+        // Kept by a lock of this client on this node: the same node's
+        // watchdog, empty since it left the map (see `prune_if_empty`).
+        if let Some(dog) = kept.0.get() {
+            by_node.push(dog.clone());
+            return dog.clone();
+        }
+        let dog = self.dog_in(by_node, node);
+        let _ = kept.0.set(dog.clone());
+        dog
     }
 
     /// `node`'s watchdog in `by_node`, made if it has none.
@@ -505,6 +556,11 @@ impl NodeWatchdog {
             && let Some(at) = by_node.iter().position(|dog| Arc::ptr_eq(dog, self))
         {
             by_node.swap_remove(at);
+            // A lock may keep this watchdog (`KeptWatchdog`): not the table
+            // of a crowd of holds gone by.
+            if entries.by_lock.capacity() > KEPT_TABLE {
+                entries.by_lock = HashMap::new();
+            }
         }
     }
 }

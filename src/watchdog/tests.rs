@@ -227,6 +227,37 @@ async fn a_watchdog_whose_timer_ended_idle_is_dropped() {
     );
 }
 
+/// A lock keeps its node's watchdog between holds (`KeptWatchdog`); a
+/// hold registered through it is on the client's record again: a guessing
+/// rollback counts it, and another lock's hold on that node shares it.
+#[tokio::test(start_paused = true)]
+async fn a_kept_watchdog_rejoins_the_client() {
+    let watchdogs = Watchdogs::new(Duration::from_secs(30));
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let (key, field): (Arc<str>, Arc<str>) = ("k".into(), "c:o".into());
+    let kept = KeptWatchdog::default();
+    let register = |key: &Arc<str>, kept: &KeptWatchdog| {
+        let hold = grant(Instant::now(), 10_000, 1);
+        watchdogs
+            .register_kept(&node, key, &field, hold, Renewal::None, kept)
+            .unwrap()
+    };
+    drop(register(&key, &kept));
+    assert_eq!(watchdogs.nodes(), 0, "the client lets it go between holds");
+    let hold = register(&key, &kept);
+    assert_eq!(watchdogs.nodes(), 1, "back on the client's record");
+    assert_eq!(
+        watchdogs.begin_guessing_rollback(&node, &key, &field),
+        1,
+        "a rollback counts the hold registered through the kept watchdog"
+    );
+    let other = register(&"other".into(), &KeptWatchdog::default());
+    assert!(
+        Arc::ptr_eq(&hold.record().dog, &other.record().dog),
+        "one watchdog per node: the other lock's hold joins it"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watchdog_with_nothing_left_is_dropped() {
     let watchdogs = Watchdogs::new(Duration::from_secs(30));
