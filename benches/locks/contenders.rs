@@ -114,7 +114,8 @@ impl AnyLock {
 pub enum Protocol {
     /// Redisson 3.24+'s (`multilock_testkit::redisson`): the acquire, the
     /// unlock that reads and writes its latch, and a `DEL` of the latch sent
-    /// after the unlock's reply without waiting. The limit every figure is
+    /// after the unlock's reply without waiting (on several nodes: each
+    /// node's after its own reply). The limit every figure is
     /// held to: the protocol a Redisson-compatible lock competes with.
     Redisson,
     /// The crate's own script calls (`multilock_testkit::protocol`), each
@@ -223,7 +224,19 @@ impl Limit {
                 (invocation, hold_id.to_owned())
             }
         };
-        for reply in self.on_every_node::<Option<i64>>(&invocation).await {
+        let redisson = matches!(self.protocol, Protocol::Redisson | Protocol::RedissonRead);
+        let latch = redisson.then_some(request.as_str());
+        // One node: the call alone, as `on_every_node` sends it.
+        let replies = match self.conns.as_slice() {
+            [conn] => vec![self.release_on(conn, &invocation, latch).await],
+            conns => {
+                let each = conns
+                    .iter()
+                    .map(|conn| self.release_on(conn, &invocation, latch));
+                join_all(each).await
+            }
+        };
+        for reply in replies {
             // A read release replies 0 while other readers remain.
             let reply = reply?;
             let read = matches!(self.protocol, Protocol::RedissonRead | Protocol::CrateRead);
@@ -231,21 +244,30 @@ impl Limit {
                 return Err(format!("the limit did not hold {}", self.name).into());
             }
         }
-        match self.protocol {
-            // Redisson's client deletes the latch once the unlock replied,
-            // and does not wait for that.
-            Protocol::Redisson | Protocol::RedissonRead => {
-                for conn in &self.conns {
-                    delete_latch_unawaited(conn, &self.name, &request).await?;
-                }
-            }
-            Protocol::Crate | Protocol::CrateRead => self
-                .spent
-                .lock()
-                .expect("never poisoned")
-                .push(protocol::unlock_latch(&self.name, &request)),
+        if !redisson {
+            let latch = protocol::unlock_latch(&self.name, &request);
+            self.spent.lock().expect("never poisoned").push(latch);
         }
         Ok(())
+    }
+
+    /// One node's release; then, given Redisson's `latch` (its request id),
+    /// the latch's `DEL`, not awaited. Redisson's client deletes a node's
+    /// latch once that node's unlock replied (`RedissonBaseLock::
+    /// unlockInnerAsync`: the `DEL` in the unlock future's `thenApply`), and
+    /// a MultiLock or a RedLock unlocks each of its locks so: one node's
+    /// `DEL` leaves while the other nodes' unlocks are still on their way.
+    async fn release_on(
+        &self,
+        conn: &MultiplexedConnection,
+        invocation: &ScriptInvocation<'_>,
+        latch: Option<&str>,
+    ) -> BenchResult<Option<i64>> {
+        let reply = invocation.invoke_async(&mut conn.clone()).await?;
+        if let Some(request) = latch {
+            delete_latch_unawaited(conn, &self.name, request).await?;
+        }
+        Ok(reply)
     }
 
     /// One node: the call alone. Several: to all of them at once.
