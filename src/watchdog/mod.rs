@@ -67,8 +67,9 @@ type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
 /// The watchdog a lock last registered a hold with, kept by the lock (one
 /// client, one node) while the client's map lets it go between holds: a
 /// lock taken and released in a loop then makes no watchdog per grant (an
-/// allocation, its table's, and their frees: a fifth of a 5-node RedLock's
-/// own CPU per lock+unlock beside a bare connection's, BENCHMARKS.md).
+/// allocation, its table's, and their frees: with them, registering and
+/// leaving were a tenth of a 5-node RedLock's own code per lock+unlock,
+/// BENCHMARKS.md).
 #[derive(Clone, Default)]
 pub(crate) struct KeptWatchdog(OnceLock<Arc<NodeWatchdog>>);
 
