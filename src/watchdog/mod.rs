@@ -64,8 +64,9 @@ pub(crate) const RENEW_BATCH_SIZE: usize = 500;
 /// nodes, and finding one by its id in a list is cheaper than hashing.
 type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
 
-/// The watchdog a lock last registered a hold with, kept by the lock (one
-/// client, one node) while the client's map lets it go between holds: a
+/// The watchdog a lock made for its node (the first time the client had
+/// none there), kept by the lock (one client, one node) while the
+/// client's map lets it go between holds: a
 /// lock taken and released in a loop then makes no watchdog per grant (an
 /// allocation, its table's, and their frees: with them, registering and
 /// leaving were a tenth of a 5-node RedLock's own code per lock+unlock,
@@ -73,7 +74,8 @@ type ByNode = Mutex<Vec<Arc<NodeWatchdog>>>;
 #[derive(Clone, Default)]
 pub(crate) struct KeptWatchdog(OnceLock<Arc<NodeWatchdog>>);
 
-/// The most holds whose table a watchdog with none left keeps.
+/// The most holds (or rollback records) a watchdog with none left keeps
+/// room for.
 const KEPT_TABLE: usize = 64;
 
 /// Every node's watchdog of one client.
@@ -109,6 +111,10 @@ struct Entries {
     next_entry: u64,
     /// The running timer's number, if one runs.
     timer: Option<u64>,
+    /// Held by the running timer's task, and gone with it: also when the
+    /// task was dropped with its runtime before it ever ran, which leaves
+    /// `timer` set (see [`Entries::timer_runs`]).
+    timer_task: Weak<()>,
     timers_started: u64,
     /// Rollbacks that may have undone a fresh hold by its count (see
     /// [`Watchdogs::begin_guessing_rollback`]), with when each was sent.
@@ -118,6 +124,11 @@ struct Entries {
 }
 
 impl Entries {
+    /// Whether a timer runs: one was started, and its task is still there.
+    fn timer_runs(&self) -> bool {
+        self.timer.is_some() && self.timer_task.strong_count() > 0
+    }
+
     fn renews_any(&self, now: Instant) -> bool {
         self.by_lock.values().any(|entry| entry.renews_at(now))
     }
@@ -280,6 +291,12 @@ impl Watchdogs {
         // Kept by a lock of this client on this node: the same node's
         // watchdog, empty since it left the map (see `prune_if_empty`).
         if let Some(dog) = kept.0.get() {
+            // A lock's node and client never change.
+            debug_assert_eq!(
+                dog.node_id,
+                node.id(),
+                "a lock kept another node's watchdog"
+            );
             by_node.push(dog.clone());
             return dog.clone();
         }
@@ -498,13 +515,16 @@ impl NodeWatchdog {
         }
         let standing = entry.standing.subscribe();
         let (entry_id, joined) = (entry.id, standing.borrow().breaks);
-        if renewal != Renewal::None && entries.timer.is_none() {
+        if renewal != Renewal::None && !entries.timer_runs() {
             entries.timers_started += 1;
             entries.timer = Some(entries.timers_started);
+            let task = Arc::new(());
+            entries.timer_task = Arc::downgrade(&task);
             tokio::spawn(
                 Timer {
                     dog: Arc::downgrade(self),
                     number: entries.timers_started,
+                    _task: task,
                 }
                 .run(),
             );
@@ -551,17 +571,19 @@ impl NodeWatchdog {
             .guessing
             .retain(|(_, at)| now.saturating_duration_since(*at) < timing::ROLLBACK_WINDOW);
         if entries.by_lock.is_empty()
-            && entries.timer.is_none()
+            && !entries.timer_runs()
             && entries.guessing.is_empty()
             && entries.unanswered.is_empty()
             && let Some(at) = by_node.iter().position(|dog| Arc::ptr_eq(dog, self))
         {
             by_node.swap_remove(at);
-            // A lock may keep this watchdog (`KeptWatchdog`): not the table
-            // of a crowd of holds gone by.
+            // A lock may keep this watchdog (`KeptWatchdog`): not the room
+            // of a crowd of holds or rollbacks gone by.
             if entries.by_lock.capacity() > KEPT_TABLE {
                 entries.by_lock = HashMap::new();
             }
+            entries.guessing.shrink_to(KEPT_TABLE);
+            entries.unanswered.shrink_to(KEPT_TABLE);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! batched renewal calls whose replies update only the entries they were
 //! sent for.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -126,6 +126,9 @@ pub(super) struct Timer {
     pub(super) dog: Weak<NodeWatchdog>,
     /// Which timer this is: only the running one clears `Entries::timer`.
     pub(super) number: u64,
+    /// `Entries::timer_task`'s, held (not read) by the task from its
+    /// spawning on, so that it goes with the task however it ends.
+    pub(super) _task: Arc<()>,
 }
 
 /// Clears `Entries::timer` however the timer ends, returning or dropped with

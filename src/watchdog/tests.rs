@@ -227,6 +227,45 @@ async fn a_watchdog_whose_timer_ended_idle_is_dropped() {
     );
 }
 
+/// A timer whose runtime ended before it ran once (its task dropped
+/// unpolled) is started again by the next registration, as one that ran
+/// and ended is: the hold is renewed, and the idle timer lets the watchdog
+/// go.
+#[test]
+fn a_timer_dropped_before_it_ran_is_started_again() {
+    let timeout = Duration::from_secs(30);
+    let watchdogs = Watchdogs::new(timeout);
+    let node = Node::new("redis://127.0.0.1:1").unwrap();
+    let field: Arc<str> = "c:o".into();
+    let register = || {
+        let hold = grant(Instant::now(), 30_000, 1);
+        let renewal = Renewal::Until(None);
+        watchdogs.register(&node, &"k".into(), &field, hold, renewal)
+    };
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The timer is spawned, never polled: nothing awaits in this block.
+    let hold = first.block_on(async { register().unwrap() });
+    drop(first);
+    drop(hold);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    second.block_on(async {
+        drop(register().unwrap());
+        tokio::time::sleep(timeout / 3 * 2).await;
+        assert_eq!(
+            watchdogs.nodes(),
+            0,
+            "a new timer ran, found nothing to renew and let the watchdog go"
+        );
+    });
+}
+
 /// A lock keeps its node's watchdog between holds (`KeptWatchdog`); a
 /// hold registered through it is on the client's record again: a guessing
 /// rollback counts it, and another lock's hold on that node shares it.
