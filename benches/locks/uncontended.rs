@@ -29,8 +29,8 @@ pub async fn uncontended(
         "(a) Uncontended lock+unlock, µs",
         "multilock with a 30 s lease unless marked watchdog; rslock `lock` + `unlock`; the \
          limits: a bare connection per node sending Redisson 3.24+'s acquire and unlock (and \
-         its DEL of the unlock latch, not awaited, each node's once its unlock replied), or the crate's own script calls (fanned \
-         out to all nodes at once when there are several)",
+         its DEL of the unlock latch, not awaited, each node's once its unlock replied), or \
+         the crate's own script calls (fanned out to all nodes at once when there are several)",
         &REFERENCES,
     );
     let mut cpu_table = Table::new(

@@ -255,7 +255,7 @@ impl Watchdogs {
         // `prune_if_empty` takes them in), so a watchdog being pruned at this
         // moment cannot take this hold with it out of the map.
         let mut by_node = self.by_node.lock().unwrap();
-        let dog = self.kept_dog_in(&mut by_node, node, kept);
+        let dog = self.dog_in(&mut by_node, node, Some(kept));
         let key = EntryKey {
             lock: key.clone(),
             field: field.clone(),
@@ -278,19 +278,18 @@ impl Watchdogs {
     }
 
     /// `node`'s watchdog in `by_node`: the one there, else the one `kept`
-    /// (put back), else a new one, which `kept` then keeps.
-    fn kept_dog_in(
+    /// (put back: empty since it left the map, see `prune_if_empty`), else a
+    /// new one, which `kept` then keeps.
+    fn dog_in(
         &self,
         by_node: &mut Vec<Arc<NodeWatchdog>>,
         node: &Node,
-        kept: &KeptWatchdog,
+        kept: Option<&KeptWatchdog>,
     ) -> Arc<NodeWatchdog> {
         if let Some(dog) = by_node.iter().find(|dog| dog.node_id == node.id()) {
             return dog.clone();
         }
-        // Kept by a lock of this client on this node: the same node's
-        // watchdog, empty since it left the map (see `prune_if_empty`).
-        if let Some(dog) = kept.0.get() {
+        if let Some(dog) = kept.and_then(|kept| kept.0.get()) {
             // A lock's node and client never change.
             debug_assert_eq!(
                 dog.node_id,
@@ -300,32 +299,23 @@ impl Watchdogs {
             by_node.push(dog.clone());
             return dog.clone();
         }
-        let dog = self.dog_in(by_node, node);
-        let _ = kept.0.set(dog.clone());
-        dog
-    }
-
-    /// `node`'s watchdog in `by_node`, made if it has none.
-    fn dog_in(&self, by_node: &mut Vec<Arc<NodeWatchdog>>, node: &Node) -> Arc<NodeWatchdog> {
-        match by_node.iter().find(|dog| dog.node_id == node.id()) {
-            Some(dog) => dog.clone(),
-            None => {
-                // A watchdog of a dropped node goes: it has nothing to renew.
-                by_node.retain(|dog| dog.node.upgrade().is_some());
-                let dog = Arc::new(NodeWatchdog {
-                    node: node.downgrade(),
-                    node_id: node.id(),
-                    addr: node.addr().to_owned(),
-                    timeout: self.timeout,
-                    by_node: Arc::downgrade(&self.by_node),
-                    entries: Mutex::new(Entries::default()),
-                    renewing: tokio::sync::Mutex::new(()),
-                    answered: tokio::sync::Notify::new(),
-                });
-                by_node.push(dog.clone());
-                dog
-            }
+        // A watchdog of a dropped node goes: it has nothing to renew.
+        by_node.retain(|dog| dog.node.upgrade().is_some());
+        let dog = Arc::new(NodeWatchdog {
+            node: node.downgrade(),
+            node_id: node.id(),
+            addr: node.addr().to_owned(),
+            timeout: self.timeout,
+            by_node: Arc::downgrade(&self.by_node),
+            entries: Mutex::new(Entries::default()),
+            renewing: tokio::sync::Mutex::new(()),
+            answered: tokio::sync::Notify::new(),
+        });
+        by_node.push(dog.clone());
+        if let Some(kept) = kept {
+            let _ = kept.0.set(dog.clone());
         }
+        dog
     }
 
     /// Records that a rollback of an acquire of `key`/`field` on `node` is
@@ -352,7 +342,7 @@ impl Watchdogs {
         // The map, then the entries, as `register` and `prune_if_empty`
         // take them: the record cannot land in a watchdog being pruned.
         let mut by_node = self.by_node.lock().unwrap();
-        let dog = self.dog_in(&mut by_node, node);
+        let dog = self.dog_in(&mut by_node, node, None);
         let now = Instant::now();
         let mut entries = dog.entries.lock().unwrap();
         drop(by_node);
@@ -391,7 +381,7 @@ impl Watchdogs {
             field: field.clone(),
         };
         let mut by_node = self.by_node.lock().unwrap();
-        let dog = self.dog_in(&mut by_node, node);
+        let dog = self.dog_in(&mut by_node, node, None);
         let mut entries = dog.entries.lock().unwrap();
         drop(by_node);
         entries.unanswered.push(key.clone());
