@@ -9,10 +9,12 @@ use multilock_testkit::{Departure, History, Hold, Violation};
 
 use crate::chaos::{ChaosCounts, Event, Restarts};
 use crate::fresh::FreshFigures;
+use crate::journal::Journal;
 use crate::plant::{LEAKED_NAME, is_planted};
 use crate::scenario::Scenario;
+use crate::stalls::LOOKED;
 use crate::workers::{Kind, Stats};
-use crate::{ROLLING_GAP_LIMIT, Settings};
+use crate::{ROLLING_GAP_LIMIT, STORM_GAP_LIMIT, Settings};
 
 /// At most this many violations of each rule are printed, one per line:
 /// findings, and what was planted or is expected.
@@ -54,12 +56,12 @@ pub fn progress(
     );
 }
 
-/// The longest time a fenced name sat free without a fenced grant: from
-/// the later of the run's start and the end of every earlier hold (its
+/// Every time a fenced name sat free without a fenced grant: from the
+/// later of the run's start and the end of every earlier hold (its
 /// release, or the end of its validity when never released) to the next
-/// grant, or to `stop`. By name: (the gap, when it ended). Planted holds
-/// do not count.
-pub fn fenced_gaps(holds: &[Hold], stop: Duration) -> BTreeMap<String, (Duration, Duration)> {
+/// grant, or to `stop`. By name: (the wait, when it ended), in order.
+/// Planted holds do not count.
+pub fn fenced_waits(holds: &[Hold], stop: Duration) -> BTreeMap<String, Vec<(Duration, Duration)>> {
     let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
     for hold in holds {
         if hold.token.is_some() && !is_planted(&hold.holder) && hold.granted <= stop {
@@ -71,21 +73,43 @@ pub fn fenced_gaps(holds: &[Hold], stop: Duration) -> BTreeMap<String, (Duration
         .map(|(name, mut holds)| {
             holds.sort_by_key(|h| h.granted);
             let mut free_since = Duration::ZERO;
-            let mut longest = (Duration::ZERO, Duration::ZERO);
+            let mut waits = Vec::new();
             let ends = holds.iter().map(|h| h.granted).chain([stop]);
             for (i, next) in ends.enumerate() {
-                let gap = next.saturating_sub(free_since);
-                if gap > longest.0 {
-                    longest = (gap, next);
+                let wait = next.saturating_sub(free_since);
+                if !wait.is_zero() {
+                    waits.push((wait, next));
                 }
                 if let Some(hold) = holds.get(i) {
                     let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
                     free_since = free_since.max(end);
                 }
             }
-            (name.to_owned(), longest)
+            (name.to_owned(), waits)
         })
         .collect()
+}
+
+/// A name's longest wait without a fenced grant: (the wait, when it ended).
+fn longest(waits: &[(Duration, Duration)]) -> (Duration, Duration) {
+    waits.iter().copied().max().unwrap_or_default()
+}
+
+/// What a run recorded: the holds, and what the clients logged.
+#[derive(Clone, Copy)]
+pub struct Record<'a> {
+    pub history: &'a History,
+    pub journal: &'a Journal,
+}
+
+/// A wait without a fenced grant that broke a limit.
+#[derive(Debug, Clone, Copy)]
+struct LongWait {
+    wait: Duration,
+    ended: Duration,
+    /// Rounds that won a quorum and were lost for want of a fencing
+    /// token meanwhile.
+    fencing_losses: usize,
 }
 
 /// How many times a name's fenced grants jumped to the wall-clock floor
@@ -130,6 +154,9 @@ pub struct Verdict {
     stuck: usize,
     /// The longest free time without a fenced grant, per name.
     gaps: BTreeMap<String, (Duration, Duration)>,
+    /// Per name, the longest wait that broke the limit of a `rolling` or
+    /// `storm` run.
+    long_waits: BTreeMap<String, LongWait>,
     /// Repairs not done within the limit (`rolling`).
     repairs_overdue: u64,
     /// The read-write lock names whose reads never overlapped (a run of
@@ -146,12 +173,22 @@ impl Verdict {
     pub fn judge(
         settings: Settings,
         scenario: &Scenario,
-        history: &History,
+        record: Record<'_>,
         violations: Vec<Violation>,
         stuck: usize,
-        gaps: BTreeMap<String, (Duration, Duration)>,
+        waits: BTreeMap<String, Vec<(Duration, Duration)>>,
         chaos: &[ChaosCounts],
     ) -> Verdict {
+        let Record { history, journal } = record;
+        let long_waits = if judges_gaps(&settings) {
+            long_waits(&settings, &waits, history, journal)
+        } else {
+            BTreeMap::new()
+        };
+        let gaps = waits
+            .iter()
+            .map(|(name, waits)| (name.clone(), longest(waits)))
+            .collect();
         let shared = history.shared_overlaps();
         let unshared = scenario
             .plans
@@ -170,6 +207,7 @@ impl Verdict {
             findings: Vec::new(),
             stuck,
             gaps,
+            long_waits,
             repairs_overdue: chaos.iter().map(|c| c.repairs_overdue).sum(),
             unshared,
             queue_unseen,
@@ -227,19 +265,6 @@ impl Verdict {
             .count()
     }
 
-    /// The names whose longest gap without a fenced grant broke the limit
-    /// of a `rolling` or `storm` run.
-    fn gaps_over_limit(&self) -> Vec<&str> {
-        if !judges_gaps(&self.settings) {
-            return Vec::new();
-        }
-        self.gaps
-            .iter()
-            .filter(|(_, (gap, _))| *gap > ROLLING_GAP_LIMIT)
-            .map(|(name, _)| name.as_str())
-            .collect()
-    }
-
     /// 0 when the run shows what it should: no finding, every planted bug
     /// caught, with immediate restarts the known two-holder case seen, and
     /// with rolling restarts every name granted often and every restarted
@@ -251,7 +276,7 @@ impl Verdict {
             && self.stuck == 0
             && self.planted_rules_missing().is_empty()
             && immediate_shown
-            && self.gaps_over_limit().is_empty()
+            && self.long_waits.is_empty()
             && self.repairs_overdue == 0
             && self.unshared.is_empty()
             && !self.queue_unseen
@@ -265,11 +290,12 @@ pub fn summary(
     settings: &Settings,
     scenario: &Scenario,
     elapsed: Duration,
-    history: &History,
+    record: Record<'_>,
     stats: &Stats,
     chaos: &[ChaosCounts],
     verdict: &Verdict,
 ) {
+    let Record { history, journal } = record;
     println!(
         "\nsummary: {:.0} s of chaos ({:.0} s with healing and the end check), restarts {}, seed {}",
         settings.secs,
@@ -358,21 +384,29 @@ pub fn summary(
             floor_jumps(&history.holds())
         );
     }
-    let over = verdict.gaps_over_limit();
-    if !over.is_empty() {
+    if !verdict.long_waits.is_empty() {
+        let names: Vec<&str> = verdict.long_waits.keys().map(String::as_str).collect();
         println!(
-            "  fenced grants: {} went more than {ROLLING_GAP_LIMIT:?} without one while a quorum was up",
-            over.join(", ")
+            "  fenced grants: {} waited too long for one ({})",
+            names.join(", "),
+            limits(settings)
         );
-        for name in over {
-            let (gap, ended) = verdict.gaps[name];
-            print_chaos_during(chaos, history, name, ended.saturating_sub(gap), ended);
+        for (name, long) in &verdict.long_waits {
+            let from = long.ended.saturating_sub(long.wait);
+            println!(
+                "    {name}: {:.2} s, {} rounds meanwhile won a quorum and were lost for want of a fencing token",
+                long.wait.as_secs_f64(),
+                long.fencing_losses
+            );
+            print_chaos_during(chaos, history, name, from, long.ended);
+            print_journal(journal, history, name, from, long.ended);
         }
     }
     if let Some(fresh) = &verdict.fresh {
         fresh.print();
         for (name, wait, began, _) in fresh.slow.iter().take(3) {
             print_chaos_during(chaos, history, name, *began, *began + *wait);
+            print_journal(journal, history, name, *began, *began + *wait);
         }
     }
     if judges_gaps(settings) || verdict.fresh.is_some() {
@@ -487,6 +521,55 @@ fn family_summary(scenario: &Scenario, history: &History, verdict: &Verdict) {
     }
 }
 
+/// Per name, the longest wait without a fenced grant that broke the run's
+/// limit: in a `rolling` run any wait over [`ROLLING_GAP_LIMIT`]; in a
+/// `storm`, one over [`STORM_GAP_LIMIT`], or one over the rolling limit
+/// during which rounds that had won a quorum were lost for want of a
+/// fencing token (a fencing stall, what the storm is for; the rest of a
+/// storm's waits is nodes down and keys that releases could not reach).
+fn long_waits(
+    settings: &Settings,
+    waits: &BTreeMap<String, Vec<(Duration, Duration)>>,
+    history: &History,
+    journal: &Journal,
+) -> BTreeMap<String, LongWait> {
+    let origin = history.origin();
+    let mut long = BTreeMap::new();
+    for (name, waits) in waits {
+        let judged = waits
+            .iter()
+            .filter(|(wait, _)| *wait > ROLLING_GAP_LIMIT)
+            .map(|&(wait, ended)| {
+                let from = origin + ended.saturating_sub(wait);
+                LongWait {
+                    wait,
+                    ended,
+                    fencing_losses: journal.fencing_losses(name, from, origin + ended),
+                }
+            });
+        let over = judged.filter(|w| {
+            settings.restarts == Restarts::Rolling
+                || w.wait > STORM_GAP_LIMIT
+                || w.fencing_losses > 0
+        });
+        if let Some(worst) = over.max_by_key(|w| w.wait) {
+            long.insert(name.clone(), worst);
+        }
+    }
+    long
+}
+
+/// The limits of the run's waits, for the report.
+fn limits(settings: &Settings) -> String {
+    if settings.restarts == Restarts::Rolling {
+        format!("the limit is {ROLLING_GAP_LIMIT:?}")
+    } else {
+        format!(
+            "the limits are {ROLLING_GAP_LIMIT:?} with rounds lost for want of a token, {STORM_GAP_LIMIT:?} in any case"
+        )
+    }
+}
+
 /// Whether the run judges the time names go without a fenced grant.
 fn judges_gaps(settings: &Settings) -> bool {
     matches!(settings.restarts, Restarts::Rolling | Restarts::Storm)
@@ -555,6 +638,40 @@ fn print_chaos_during(
             String::new()
         }
     );
+}
+
+/// What the journal kept about `name` between `from` and `to`: its head
+/// and its tail when it is long.
+fn print_journal(journal: &Journal, history: &History, name: &str, from: Duration, to: Duration) {
+    const HEAD: usize = 40;
+    const TAIL: usize = 30;
+    let origin = history.origin();
+    let entries = journal.about(name, origin + from, origin + to);
+    let line = |(at, what): &(std::time::Instant, String)| {
+        println!(
+            "      {:.3} s {}",
+            history.since_origin(*at).as_secs_f64(),
+            what.trim_end()
+        );
+    };
+    println!(
+        "      what the clients logged then ({} entries):",
+        entries.len()
+    );
+    if entries.len() <= HEAD + TAIL {
+        entries.iter().for_each(line);
+    } else {
+        entries[..HEAD].iter().for_each(line);
+        let middle = &entries[HEAD..entries.len() - TAIL];
+        let looks: Vec<_> = middle.iter().filter(|(_, l)| l.contains(LOOKED)).collect();
+        println!(
+            "      ... {} more, of which the looks at the nodes:",
+            middle.len()
+        );
+        looks.into_iter().for_each(line);
+        println!("      ... and the last {TAIL}:");
+        entries[entries.len() - TAIL..].iter().for_each(line);
+    }
 }
 
 /// `no quorum 3 (first: ...), ...`, or `none`.

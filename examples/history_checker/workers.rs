@@ -326,6 +326,7 @@ impl Worker {
                     .history
                     .waited(name, &self.field, &self.label, started);
             }
+            self.journal(&self.targets[target].name, &outcome, started);
             let store = self.targets[target].store.clone();
             self.conclude(outcome, access, store).await;
         }
@@ -339,6 +340,23 @@ impl Worker {
         tokio::select! {
             outcome = attempt(lock, how, cut) => outcome,
             _ = stop.wait_for(|stopped| *stopped) => Outcome::Cut(Cut::Stop),
+        }
+    }
+
+    /// Tells the journal of an acquire of `name` that did not grant.
+    fn journal(&self, name: &str, outcome: &Outcome, started: Instant) {
+        let (label, waited) = (&self.label, started.elapsed());
+        match outcome {
+            Outcome::Granted(_) => {}
+            Outcome::NotGranted => {
+                tracing::info!(target: "history_checker", lock = %name, worker = %label, ?waited, "not granted within a bounded wait");
+            }
+            Outcome::Failed(err) => {
+                tracing::info!(target: "history_checker", lock = %name, worker = %label, ?waited, error = %err, "acquire failed");
+            }
+            Outcome::Cut(cut) => {
+                tracing::info!(target: "history_checker", lock = %name, worker = %label, ?waited, ?cut, "acquire cut off");
+            }
         }
     }
 
@@ -468,13 +486,18 @@ impl Worker {
         }
         history.released(id);
         if self.rng.random_bool(0.85) {
+            let name = guard.name().to_owned();
             let result = guard.unlock().await;
-            self.count(|c| match result {
+            self.count(|c| match &result {
                 Ok(()) => c.unlocked += 1,
                 Err(Error::NotHeld { .. }) => c.unlock_not_held += 1,
-                Err(err) => tally(&mut c.unlock_failed, &err),
+                Err(err) => tally(&mut c.unlock_failed, err),
             });
+            if let Err(err) = result {
+                tracing::info!(target: "history_checker", lock = %name, worker = %self.label, error = %err, "unlock failed");
+            }
         } else {
+            tracing::info!(target: "history_checker", lock = %guard.name(), worker = %self.label, "guard dropped: released in the background");
             drop(guard);
             self.count(|c| c.dropped += 1);
         }

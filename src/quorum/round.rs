@@ -301,6 +301,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         if parts.len() < required || timing::validity(validity_lease, elapsed).is_none() {
             if parts.len() >= required {
                 tracing::debug!(
+                    lock = %self.name(),
                     elapsed_ms = elapsed.as_millis() as u64,
                     "quorum granted too late: validity spent"
                 );
@@ -311,7 +312,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             match self.settle_token(&parts, node_timeout).await {
                 Some(token) => Some(token),
                 None => {
-                    tracing::debug!("no fencing token could be proven; round lost");
+                    tracing::debug!(lock = %self.name(), lost_for = "fencing", "no fencing token could be proven; round lost");
                     return Ok(Round::Lost(lost(parts, failures).await));
                 }
             }
@@ -320,7 +321,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         };
         // Still valid after the settlement's round trips?
         if timing::validity(validity_lease, started.elapsed()).is_none() {
-            tracing::debug!("validity spent while settling the fencing token");
+            tracing::debug!(lock = %self.name(), lost_for = "fencing", "validity spent while settling the fencing token; round lost");
             return Ok(Round::Lost(lost(parts, failures).await));
         }
 
