@@ -19,6 +19,10 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 
+/// How the library marks a round lost for want of a fencing token
+/// (`lost_for = "fencing"`, in `quorum::round`).
+const FENCING_LOSS: &str = "lost_for=fencing ";
+
 /// The most entries kept.
 const CAP: usize = 200_000;
 
@@ -54,7 +58,16 @@ impl Journal {
     pub fn fencing_losses(&self, name: &str, from: Instant, to: Instant) -> usize {
         self.about(name, from, to)
             .iter()
-            .filter(|(_, line)| line.contains("lost_for=fencing "))
+            .filter(|(_, line)| line.contains(FENCING_LOSS))
+            .count()
+    }
+
+    /// How many rounds of any lock were lost for want of a fencing token.
+    pub fn all_fencing_losses(&self) -> usize {
+        let entries = self.entries.lock().unwrap();
+        entries
+            .iter()
+            .filter(|(_, line)| line.contains(FENCING_LOSS))
             .count()
     }
 

@@ -383,6 +383,10 @@ pub fn summary(
             "  fenced tokens that continued from the wall-clock floor (counters could not prove them): {}",
             floor_jumps(&history.holds())
         );
+        println!(
+            "  rounds that won a quorum and were lost for want of a fencing token: {}",
+            journal.all_fencing_losses()
+        );
     }
     if !verdict.long_waits.is_empty() {
         let names: Vec<&str> = verdict.long_waits.keys().map(String::as_str).collect();

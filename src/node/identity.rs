@@ -58,8 +58,13 @@ impl ServerIdentity {
     /// its slot 0 primary's.
     #[cfg(feature = "cluster")]
     pub(crate) fn name_run_id(&self, run_id: &str) {
-        *self.run_id.lock().unwrap() = Some(run_id.into());
-        self.run_id_changes.fetch_add(1, Ordering::Release);
+        let mut known = self.run_id.lock().unwrap();
+        // Named again at every topology refresh: counted only when it
+        // changed, so a quorum lock's independence check stays skipped.
+        if known.as_deref() != Some(run_id) {
+            *known = Some(run_id.into());
+            self.run_id_changes.fetch_add(1, Ordering::Release);
+        }
     }
 
     pub(super) fn notify_disconnected(&self) {

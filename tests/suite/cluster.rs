@@ -102,6 +102,42 @@ pub(crate) async fn wait_for_subscribers(cluster: &RedisCluster, name: &str) {
     .await;
 }
 
+/// One cluster behind two `Node` handles (seeded at different nodes) is
+/// one RedLock master, not two: refused once both have named it, and at
+/// every round after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_under_two_handles_is_not_two_masters() {
+    let cluster = cluster().await;
+    let servers = servers(1).await;
+    let seeds = cluster.seed_urls();
+    let other_seed = Node::cluster([seeds[seeds.len() - 1].clone()])
+        .connect_timeout(NODE_TIMEOUT)
+        .response_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let nodes = vec![cluster_node(&cluster), other_seed, node(&servers[0])];
+    let red = long_lease_client().red_lock_on(&nodes, "aliased").unwrap();
+    for round in 0..3 {
+        // The first rounds connect; from then on the cluster is known.
+        let refused = eventually(
+            PATIENCE,
+            |outcome: &String| format!("round {round}: never refused: {outcome}"),
+            || async {
+                match red.try_lock().await {
+                    Err(Error::InvalidArgument(msg)) => Ok(msg),
+                    Ok(Some(guard)) => {
+                        guard.unlock().await.unwrap();
+                        Err("granted".to_owned())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        assert!(refused.contains("one server"), "{refused}");
+    }
+}
+
 #[tokio::test]
 async fn a_name_whose_keys_span_slots_is_refused_when_built() {
     let node = Node::cluster(["redis://127.0.0.1:1"]).build().unwrap();
