@@ -80,9 +80,9 @@
 //!   counters may then survive on one node only, and its tokens continue
 //!   from the wall-clock floor once a quorum answered. The run fails on any
 //!   violation; when a name sits free for more than 3 s without a fenced
-//!   grant while rounds of it that won a quorum were lost for want of a
-//!   token (a fencing stall, what the run is for: the earlier design's
-//!   lasted 26 s and more); and when a name sits free for more than 5 s
+//!   grant while 5 rounds of it or more that won a quorum were lost for
+//!   want of a token (a fencing stall, what the run is for: the earlier
+//!   design's lasted 26 s and more, losing a round at every try); and when a name sits free for more than 5 s
 //!   whatever the cause. The second limit is the first plus the lease: with
 //!   two of five nodes down a grant needs all three others, and a key that a
 //!   release or a rollback could not reach (its node paused, or suspect to

@@ -104,7 +104,7 @@
 //!   count as up at once (a name's counters may survive on one node), and
 //!   `-- --locks fresh` takes a new name on every acquire with a node dead
 //!   throughout; the storm fails on a name 3 s without a grant while its
-//!   rounds were lost for want of a token (5 s for any cause: a key a
+//!   rounds kept being lost for want of a token (5 s for any cause: a key a
 //!   release could not reach lives out its lease), the fresh run on a first
 //!   grant 3 s after the first try (CI runs both for 60 s; figures in
 //!   BENCHMARKS.md). The model checks this too,
