@@ -77,18 +77,10 @@ pub async fn look(
 /// (since the run began, for a name never held).
 fn free_names(history: &History, names: &[String]) -> Vec<(String, Duration)> {
     let now = history.since_origin(Instant::now());
-    let holds = history.holds();
     names
         .iter()
         .filter_map(|name| {
-            let mut free_since = Duration::ZERO;
-            for hold in holds.iter().filter(|h| h.name == *name) {
-                let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
-                if end > now {
-                    return None;
-                }
-                free_since = free_since.max(end);
-            }
+            let free_since = history.free_since(name)?;
             Some((name.clone(), now.saturating_sub(free_since)))
         })
         .collect()

@@ -350,6 +350,24 @@ impl History {
         shared_overlaps(&self.records().holds)
     }
 
+    /// Since when `name` has been free (since the history began): the
+    /// latest end of its recorded holds (the release, or the end of the
+    /// validity when never released), or `None` while one of them still
+    /// holds it. [`Duration::ZERO`] for a name never held. Reads the
+    /// records in place, for a watcher that asks often.
+    pub fn free_since(&self, name: &str) -> Option<Duration> {
+        let now = self.since_origin(Instant::now());
+        let mut free_since = Duration::ZERO;
+        for hold in self.records().holds.iter().filter(|h| h.name == name) {
+            let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
+            if end > now {
+                return None;
+            }
+            free_since = free_since.max(end);
+        }
+        Some(free_since)
+    }
+
     /// The holds recorded so far.
     pub fn holds(&self) -> Vec<Hold> {
         self.records().holds.clone()
@@ -446,6 +464,27 @@ mod tests {
             leftover_keys(&urls, &names, ms(100)).await.unwrap(),
             Vec::new()
         );
+    }
+
+    /// A name is free from its last hold's end: its release, or the end
+    /// of its validity when never released; never while one still holds.
+    #[test]
+    fn a_name_is_free_from_its_last_holds_end() {
+        let history = History::new();
+        assert_eq!(history.free_since("a"), Some(Duration::ZERO), "never held");
+        let far = Instant::now() + ms(60_000);
+        let released = history.claimed("a", "Lock", "h1", Some(far), None);
+        let unreleased = history.claimed("a", "Lock", "h2", Some(far), None);
+        history.claimed("b", "Lock", "h3", None, None);
+        history.released(released);
+        assert_eq!(history.free_since("a"), None, "h2 still holds");
+        // An empty validity ends at the grant.
+        assert!(history.free_since("b").is_some());
+        let mut records = history.records();
+        records.holds[unreleased.0].valid_until = records.holds[released.0].granted;
+        let release = records.holds[released.0].released.unwrap();
+        drop(records);
+        assert_eq!(history.free_since("a"), Some(release));
     }
 
     /// The recorder keeps the latest validity promised and the first
