@@ -534,6 +534,15 @@ pub fn current_thread_runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// The wall clock in microseconds since the Unix epoch: what a fencing
+/// token from the wall-clock floor is at least, when taken after now.
+pub fn wall_clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
 #[cfg(feature = "tls")]
 /// A free loopback port, not reserved: a server started on it exits if
 /// another program took it first, and its start is tried again.

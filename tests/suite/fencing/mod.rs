@@ -169,10 +169,7 @@ async fn a_total_loss_does_not_restart_tokens_at_one() {
     }
     let token = fenced_grant(&red, PATIENCE, "every node empty").await;
     assert!(token > last, "token {token} after {last}");
-    let floor = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
+    let floor = wall_clock_micros();
     assert!(
         token > floor - 60_000_000,
         "token {token} is not the wall-clock floor (µs, about {floor})"

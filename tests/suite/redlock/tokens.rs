@@ -195,7 +195,9 @@ async fn a_red_lock_ends_its_wait_on_a_permanent_error() {
 /// counter seeded with 6 on node 3 or 4 would count as a surviving counter
 /// at the next settlement, and if the raise to 101 never reached it (the
 /// settlement returns at quorum), a quorum of nodes 1, 3 and 4 would hand
-/// the next holder a token below this one.
+/// the next holder a token below this one. (Under load, node 0's counter
+/// may come after the round's grace: too few witnesses then, and the token
+/// is the wall-clock floor, far above 101; the seeding rule is the same.)
 #[tokio::test]
 async fn a_restarted_node_is_seeded_only_with_a_settled_token() {
     let servers = servers(5).await;
@@ -214,6 +216,7 @@ async fn a_restarted_node_is_seeded_only_with_a_settled_token() {
     for server in &servers[3..] {
         monitors.push(monitor(&server.url()).await);
     }
+    let floor_before = wall_clock_micros();
     let guard = client()
         .red_lock_on(&nodes, "seeded")
         .unwrap()
@@ -223,7 +226,10 @@ async fn a_restarted_node_is_seeded_only_with_a_settled_token() {
         .unwrap()
         .expect("nodes 1 to 4 grant");
     let token = guard.fencing_token().unwrap();
-    assert_eq!(token, 101, "above the 100 node 0 reported");
+    assert!(
+        token == 101 || token >= floor_before,
+        "{token}: 101, above the 100 node 0 reported, or the wall-clock floor"
+    );
     // Every value written to the counter of nodes 3 and 4, until it holds
     // the token (a node the settlement did not wait for may get nothing).
     for (lines, server) in monitors.iter_mut().zip(&servers[3..]) {
