@@ -92,7 +92,9 @@ pub(super) use drop_read_hold_lua;
 
 /// After a read hold of `field` left (its timeout key `mine`'s TTL, -2 when
 /// it had none), the hash lives as long as the longest timeout key left, or
-/// goes and `0` is published when no hold is left. Expects the locals
+/// goes and `0` is published when no hold is left. Settled by a scan of the
+/// readers' keys when this hold may have kept the hash (its key ended at
+/// most 25 ms before the hash: see the script). Expects the locals
 /// `mine` and `tagged`, and the publish command as the last ARGV; sets
 /// `freed`.
 macro_rules! settle_read_hash_lua {
@@ -102,10 +104,14 @@ macro_rules! settle_read_hash_lua {
 local freed = false
 if redis.call('hlen', KEYS[1]) > 1 then
     -- In write mode the writer's lease keeps the hash (never shortened).
-    -- A hold that expires before the hash did not keep it: the hash
+    -- A hold that expires well before the hash did not keep it: the hash
     -- already lives no longer than another hold made it. The scan (one
-    -- PTTL per read hold) is for the hold that kept it.
-    if redis.call('hget', KEYS[1], 'mode') ~= 'write' and mine >= redis.call('pttl', KEYS[1]) then
+    -- PTTL per read hold) is for the hold that kept it, and that hold's
+    -- key may end a little before the hash: a grant or a renewal sets the
+    -- two with two commands, a clock tick apart now and then (further on
+    -- a server descheduled mid-script), and taking the hash for another
+    -- hold's then kept it, with nobody's hold, to the end of the lease.
+    if redis.call('hget', KEYS[1], 'mode') ~= 'write' and mine + 25 >= redis.call('pttl', KEYS[1]) then
 "#,
             longest_read_timeout_lua!(),
             r#"

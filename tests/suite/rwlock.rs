@@ -797,6 +797,44 @@ async fn a_read_hold_whose_timeout_key_is_gone_is_over_everywhere() {
     assert!(!exists(&url, NAME).await);
 }
 
+/// The last live reader's release frees the lock when the hash outlives
+/// its timeout key by a few milliseconds and all else left is the field of
+/// a reader whose keys are gone. A read grant sets the key and the hash's
+/// TTL with two commands of one script, a clock tick apart now and then (a
+/// foreign client's grant, or a server descheduled mid-script, further):
+/// a release that took the hash for another hold's then left it, and the
+/// lock, to the rest of the lease (a CI run of the test above caught it).
+#[tokio::test]
+async fn the_last_reader_frees_the_lock_when_the_hash_is_a_tick_ahead() {
+    let server = server().await;
+    let url = server.url();
+    let client = long_lease_client();
+    let locks = client.read_write_lock(&node(&server), NAME).unwrap();
+    let crashed = locks.with_owner(Owner::new("crashed").unwrap());
+    let last = locks.with_owner(Owner::new("last").unwrap());
+    let crashed_guard = crashed.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    let last_guard = last.read().lock_with_lease(LONG_LEASE).await.unwrap();
+    // The crashed reader's hold is over: its key expired (deleted here).
+    let crashed_key = redisson_rwlock::read_timeout(NAME, &format!("{}:crashed", client.id()), 1);
+    let deleted: i64 = run(&url, redis::cmd("DEL").arg(&crashed_key))
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    // The hash a few ticks ahead of the last reader's key.
+    let last_key = redisson_rwlock::read_timeout(NAME, &format!("{}:last", client.id()), 1);
+    let key_ttl = pttl(&url, &last_key).await;
+    let _: i64 = run(&url, redis::cmd("PEXPIRE").arg(NAME).arg(key_ttl + 5))
+        .await
+        .unwrap();
+    last_guard.unlock().await.unwrap();
+    let left = pttl(&url, NAME).await;
+    assert!(
+        left < 0,
+        "the lock outlives its last reader by {left} ms, kept by a field whose keys are gone"
+    );
+    drop(crashed_guard);
+}
+
 /// Waits (at most [`PATIENCE`]) until read hold `n` of `owner` of `client`
 /// on `url` has expired: its timeout key is gone.
 async fn read_key_expired(url: &str, client: &Client, owner: &str, n: u32) {
