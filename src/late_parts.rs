@@ -23,11 +23,11 @@ impl LateParts {
         let mut late = late.lock().unwrap();
         if late.closed || late.lost {
             drop(late);
-            tracing::debug!(node = %part.node_addr(), "a late grant for a released or lost guard: rolled back");
+            tracing::debug!(lock = %part.name(), node = %part.node_addr(), "a late grant for a released or lost guard: rolled back");
             // Dropping an unreleased part releases it in the background.
             drop(part);
         } else {
-            tracing::debug!(node = %part.node_addr(), "a late grant adopted by its guard");
+            tracing::debug!(lock = %part.name(), node = %part.node_addr(), "a late grant adopted by its guard");
             late.parts.push(part);
         }
     }

@@ -220,6 +220,7 @@ async fn main() -> ExitCode {
     let journal = Arc::new(Journal::default());
     // (The library's debug events that name a lock say what happened to
     // it: a round won too late or without a token, a release retried.)
+    // (The hint keeps the global level at `debug`, not `trace`.)
     let kept = filter_fn(|meta| {
         let target = meta.target();
         let level = *meta.level();
@@ -232,7 +233,7 @@ async fn main() -> ExitCode {
     });
     tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_filter(EnvFilter::from_default_env()))
-        .with(Journal::layer(&journal).with_filter(kept))
+        .with(Journal::layer(&journal).with_filter(kept.with_max_level_hint(Level::DEBUG)))
         .init();
     let settings = match Settings::parse() {
         Ok(settings) => settings,
@@ -468,7 +469,10 @@ async fn run(settings: Settings, journal: &Journal) -> Result<Verdict, Box<dyn s
     }
     let stuck = tasks.iter().filter(|t| !t.is_finished()).count();
     if let Some(look) = look_task {
-        look.await??;
+        // A diagnostic: its failure is told, not the run's.
+        if let Err(err) = look.await? {
+            println!("the look at long-free names failed: {err}");
+        }
     }
     for task in tasks {
         if task.is_finished() {

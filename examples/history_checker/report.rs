@@ -9,7 +9,7 @@ use multilock_testkit::{Departure, History, Hold, Violation};
 
 use crate::chaos::{ChaosCounts, Event, Restarts};
 use crate::fresh::FreshFigures;
-use crate::journal::Journal;
+use crate::journal::{Entry, Journal};
 use crate::plant::{LEAKED_NAME, is_planted};
 use crate::scenario::Scenario;
 use crate::stalls::LOOKED;
@@ -164,6 +164,9 @@ pub struct Verdict {
     /// Per name, the longest wait that broke the limit of a `rolling` or
     /// `storm` run.
     long_waits: BTreeMap<String, LongWait>,
+    /// A `rolling` or `storm` run whose journal kept no event of the
+    /// library: its judgement of fencing stalls would see none.
+    journal_silent: bool,
     /// Repairs not done within the limit (`rolling`).
     repairs_overdue: u64,
     /// The read-write lock names whose reads never overlapped (a run of
@@ -215,6 +218,7 @@ impl Verdict {
             stuck,
             gaps,
             long_waits,
+            journal_silent: judges_gaps(&settings) && journal.library_events() == 0,
             repairs_overdue: chaos.iter().map(|c| c.repairs_overdue).sum(),
             unshared,
             queue_unseen,
@@ -284,6 +288,7 @@ impl Verdict {
             && self.planted_rules_missing().is_empty()
             && immediate_shown
             && self.long_waits.is_empty()
+            && !self.journal_silent
             && self.repairs_overdue == 0
             && self.unshared.is_empty()
             && !self.queue_unseen
@@ -394,6 +399,17 @@ pub fn summary(
             "  rounds that won a quorum and were lost for want of a fencing token: {}",
             journal.all_fencing_losses()
         );
+        if journal.dropped() > 0 {
+            println!(
+                "  (the journal let go of its {} oldest entries: early waits may show fewer)",
+                journal.dropped()
+            );
+        }
+        if verdict.journal_silent {
+            println!(
+                "  the journal kept no event of the library: its filter is broken, and fencing stalls would go unseen"
+            );
+        }
     }
     if !verdict.long_waits.is_empty() {
         let names: Vec<&str> = verdict.long_waits.keys().map(String::as_str).collect();
@@ -659,11 +675,11 @@ fn print_journal(journal: &Journal, history: &History, name: &str, from: Duratio
     const TAIL: usize = 30;
     let origin = history.origin();
     let entries = journal.about(name, origin + from, origin + to);
-    let line = |(at, what): &(std::time::Instant, String)| {
+    let line = |entry: &Entry| {
         println!(
             "      {:.3} s {}",
-            history.since_origin(*at).as_secs_f64(),
-            what.trim_end()
+            history.since_origin(entry.at).as_secs_f64(),
+            entry.line.trim_end()
         );
     };
     println!(
@@ -675,7 +691,7 @@ fn print_journal(journal: &Journal, history: &History, name: &str, from: Duratio
     } else {
         entries[..HEAD].iter().for_each(line);
         let middle = &entries[HEAD..entries.len() - TAIL];
-        let looks: Vec<_> = middle.iter().filter(|(_, l)| l.contains(LOOKED)).collect();
+        let looks: Vec<_> = middle.iter().filter(|e| e.line.contains(LOOKED)).collect();
         println!(
             "      ... {} more, of which the looks at the nodes:",
             middle.len()

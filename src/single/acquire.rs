@@ -629,7 +629,7 @@ impl Undo {
             match lock.traced_release(async { attempt }).await {
                 Ok(_) | Err(Error::NotHeld { .. }) => return,
                 Err(err) if Instant::now() + pause.next() < give_up_at => {
-                    tracing::debug!(error = %err, "rollback failed; retrying");
+                    tracing::debug!(lock = %lock.name(), node = %node.addr(), error = %err, "rollback failed; retrying");
                     pause.wait(pause.next()).await;
                 }
                 Err(err) => {

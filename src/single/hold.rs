@@ -60,6 +60,11 @@ impl HeldPart {
         self.lock.node().addr()
     }
 
+    /// The name of this part's lock.
+    pub(crate) fn name(&self) -> &str {
+        self.lock.name()
+    }
+
     /// The fencing token its grant got, if fenced.
     pub(crate) fn token(&self) -> Option<u64> {
         self.token
