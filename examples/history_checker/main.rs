@@ -143,7 +143,8 @@
 //! `chaos.rs` plays the faults, `workers.rs` takes the locks and records the
 //! history, `fresh.rs` runs and judges the fresh names, `plant.rs` holds the
 //! planted bugs, `journal.rs` keeps what the clients logged, `stalls.rs`
-//! looks at the nodes of a name that waits long, `report.rs` prints,
+//! looks at the nodes of a name that waits long, `waits.rs` measures and
+//! judges the fenced names' waits, `report.rs` prints,
 //! `settings.rs` reads the command line.
 
 mod chaos;
@@ -154,6 +155,7 @@ mod report;
 mod scenario;
 mod settings;
 mod stalls;
+mod waits;
 mod workers;
 
 use std::process::ExitCode;
@@ -537,7 +539,7 @@ async fn run(settings: Settings, journal: &Journal) -> Result<Verdict, Box<dyn s
     let waits = if scenario.fresh() {
         Default::default()
     } else {
-        report::fenced_waits(&history.holds(), stopped_at)
+        waits::fenced_waits(&history.holds(), stopped_at)
     };
     let counts: Vec<ChaosCounts> = chaos_counts
         .iter()
