@@ -42,8 +42,7 @@ pub fn fenced_waits(holds: &[Hold], stop: Duration) -> BTreeMap<String, Vec<(Dur
                     waits.push((wait, next));
                 }
                 if let Some(hold) = holds.get(i) {
-                    let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
-                    free_since = free_since.max(end);
+                    free_since = free_since.max(hold.let_go());
                 }
             }
             (name.to_owned(), waits)

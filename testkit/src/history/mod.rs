@@ -106,6 +106,13 @@ impl Hold {
         end.max(self.granted)
     }
 
+    /// When the holder let its name go, as the checkers of availability
+    /// count it: its release, or the end of its validity when never
+    /// released; never before `granted`.
+    pub fn let_go(&self) -> Duration {
+        self.released.unwrap_or(self.valid_until).max(self.granted)
+    }
+
     /// Whether the hold was valid at `at` (since the history began).
     pub fn is_valid_at(&self, at: Duration) -> bool {
         self.granted <= at && at < self.valid_end()
@@ -359,7 +366,7 @@ impl History {
         let now = self.since_origin(Instant::now());
         let mut free_since = Duration::ZERO;
         for hold in self.records().holds.iter().filter(|h| h.name == name) {
-            let end = hold.released.unwrap_or(hold.valid_until).max(hold.granted);
+            let end = hold.let_go();
             if end > now {
                 return None;
             }
