@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use deadpool::managed::{PoolError, TimeoutType};
 use redis::Value;
-use redis::aio::MultiplexedConnection;
 
+use super::coalesce::Pipe;
 use super::{Node, pool};
 #[cfg(feature = "cluster")]
 #[path = "redirect.rs"]
@@ -329,7 +329,7 @@ enum Kind {
 /// the request that follows it on the same connection: commands on one
 /// connection are applied in order).
 pub(crate) struct Conn {
-    conn: MultiplexedConnection,
+    conn: Pipe,
     broken: Arc<AtomicBool>,
     /// Held back from the pool while this request needs the connection to
     /// itself. Boxed: a pooled object is larger than the rest of a `Conn`,
@@ -390,8 +390,7 @@ impl Conn {
         call: &Call<R>,
         patience: Duration,
     ) -> Result<R> {
-        let mut conn = self.conn.clone();
-        conn.set_response_timeout(patience);
+        let mut conn = self.conn.with_response_timeout(patience);
         let reply = send(&call.request, &mut conn).await;
         #[cfg(feature = "cluster")]
         if let Some(route) = self.route
@@ -431,10 +430,7 @@ fn is_readonly(err: &redis::RedisError) -> bool {
     crate::error::condition_of(err) == Some("READONLY")
 }
 
-pub(super) async fn send(
-    request: &Request,
-    conn: &mut MultiplexedConnection,
-) -> redis::RedisResult<Value> {
+pub(super) async fn send(request: &Request, conn: &mut Pipe) -> redis::RedisResult<Value> {
     match request {
         Request::Script(invocation) => invocation.invoke_async(conn).await,
         Request::Command(cmd) => cmd.query_async(conn).await,

@@ -6,6 +6,7 @@ mod address;
 mod builder;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod coalesce;
 mod conn;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod deployments;

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
-use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError};
+use redis::aio::{AsyncPushSender, SendError};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, RedisError};
 
+use super::coalesce::Pipe;
 use super::identity::ServerIdentity;
 use crate::protocol;
 
@@ -43,7 +44,8 @@ pub(crate) struct ConnectionFactory {
 
 /// A pooled connection and what says it must not be reused.
 pub(crate) struct PooledConnection {
-    pub(crate) conn: MultiplexedConnection,
+    /// The connection, coalescing its writes under concurrency.
+    pub(crate) conn: Pipe,
     pub(crate) broken: Arc<AtomicBool>,
     /// Its target and the target's epoch when it was made: a Sentinel
     /// node's connections to a former primary are unusable.
@@ -171,7 +173,7 @@ impl managed::Manager for ConnectionFactory {
             self.server.observe(run_id.trim());
         }
         Ok(PooledConnection {
-            conn,
+            conn: Pipe::start(conn),
             broken,
             target: self.target.clone(),
             epoch,

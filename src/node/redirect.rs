@@ -152,8 +152,7 @@ async fn send_within(
     match patience {
         None => send(request, &mut conn.conn).await,
         Some(patience) => {
-            let mut patient = conn.conn.clone();
-            patient.set_response_timeout(patience);
+            let mut patient = conn.conn.with_response_timeout(patience);
             send(request, &mut patient).await
         }
     }

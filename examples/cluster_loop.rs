@@ -1,0 +1,312 @@
+//! K tasks, each on a name of its own, taking and releasing it in a loop
+//! through a Redis Cluster: the benchmark's section (i) with 64 tasks,
+//! without the rest of the benchmark, for a profile of the cluster path and
+//! for trying a transport beside the ones it measures.
+//!
+//! `cargo run --release --example cluster_loop` starts the test kit's
+//! cluster (3 primaries, 3 replicas) and runs 64 tasks for 4 rounds of 1 s
+//! per contender, taking turns; `-- TASKS SECONDS [CONTENDER]` changes the
+//! task count and the round's length, and runs one contender alone for
+//! that long (for `perf record`). It prints each contender's lock+unlocks
+//! per second and this process's CPU per lock+unlock (`/proc/self/stat`,
+//! user + system), the median of its rounds. Figures: `BENCHMARKS.md`.
+//!
+//! The contenders:
+//! - `ours`: a `Node::cluster` and a `Client`, `lock_with_lease` + `unlock`;
+//! - `shards`: the crate's acquire and sharded release on a bare
+//!   `MultiplexedConnection` per primary (RESP3, `TCP_NODELAY`), each name
+//!   sent to its slot's primary: the way ours reaches a shard, without its
+//!   client;
+//! - `cluster`: the same calls on one redis-rs `ClusterConnection`, which
+//!   hands every request to one task that forwards it to the shard's
+//!   multiplexed connection (the benchmark's limit);
+//! - `combined`: `shards`, where a request that finds another one in
+//!   flight on its connection is handed to one task per connection that
+//!   forwards whatever has queued in one go, as the `ClusterConnection`
+//!   does for all (an experiment: it keeps no order between a request sent
+//!   directly and one queued; see `BENCHMARKS.md`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use multilock::{Client, Lock, Node};
+use multilock_testkit::RedisCluster;
+use multilock_testkit::protocol::{self, AcquireReply};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Cmd, RedisFuture, RedisResult, Value};
+use tokio::sync::{mpsc, oneshot};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const LEASE: Duration = Duration::from_secs(30);
+const CONTENDERS: [&str; 4] = ["ours", "shards", "cluster", "combined"];
+const ROUNDS: usize = 4;
+
+#[tokio::main]
+async fn main() -> Result {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tasks: usize = args.first().map(|s| s.parse()).transpose()?.unwrap_or(64);
+    let secs: f64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(1.0);
+    let alone = args.get(2).cloned();
+    if let Some(who) = &alone
+        && !CONTENDERS.contains(&who.as_str())
+    {
+        return Err(format!("contender {who:?}: one of {CONTENDERS:?}").into());
+    }
+    let cluster = RedisCluster::start().await?;
+    let node = Node::cluster(cluster.seed_urls()).build()?;
+    let client = Client::new();
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    let mut shards = Vec::new();
+    for primary in &cluster.nodes()[..3] {
+        let url = format!("{}?protocol=resp3", primary.url());
+        let info =
+            redis::IntoConnectionInfo::into_connection_info(url)?.set_tcp_settings(nodelay.clone());
+        let client = redis::Client::open(info)?;
+        shards.push(client.get_multiplexed_async_connection().await?);
+    }
+    let combined: Vec<Arc<Combiner>> = shards.iter().cloned().map(Combiner::start).collect();
+    let whole = redis::cluster::ClusterClient::builder(cluster.seed_urls())
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .tcp_settings(nodelay)
+        .build()?
+        .get_async_connection()
+        .await?;
+    let field = protocol::field(&uuid::Uuid::new_v4().to_string(), "bare");
+    let mut sides: Vec<Vec<Side>> = vec![Vec::new(); CONTENDERS.len()];
+    for i in 0..tasks {
+        let name = format!("cluster-loop:{i}");
+        let owner = cluster.primary_for_key(&name).await?;
+        sides[0].push(Side::Ours(client.lock(&node, name.clone())?));
+        sides[1].push(Side::Shards(Bare::new(
+            shards[owner].clone(),
+            &name,
+            &field,
+        )));
+        sides[2].push(Side::Cluster(Bare::new(whole.clone(), &name, &field)));
+        let combined = Combined(combined[owner].clone());
+        sides[3].push(Side::Combined(Bare::new(combined, &name, &field)));
+    }
+    // Connections made and scripts loaded everywhere.
+    for side in sides.iter().flatten() {
+        side.lock_unlock().await?;
+    }
+    let (rounds, who): (usize, Vec<usize>) = match &alone {
+        Some(one) => (1, vec![CONTENDERS.iter().position(|c| c == one).unwrap()]),
+        None => (ROUNDS, (0..CONTENDERS.len()).collect()),
+    };
+    let mut figures = vec![Vec::new(); CONTENDERS.len()];
+    for _ in 0..rounds {
+        for &w in &who {
+            figures[w].push(run(&sides[w], Duration::from_secs_f64(secs)).await?);
+        }
+    }
+    println!("{tasks} tasks, {rounds} round(s) of {secs} s per contender (medians):");
+    for &w in &who {
+        let median = |pick: fn(&(f64, f64)) -> f64| {
+            let mut values: Vec<f64> = figures[w].iter().map(pick).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        println!(
+            "  {:>8}: {:>7.0} lock+unlock/s, client CPU {:.2} µs per lock+unlock",
+            CONTENDERS[w],
+            median(|f| f.0),
+            median(|f| f.1)
+        );
+    }
+    Ok(())
+}
+
+/// Every side in a task of its own for `length`: (lock+unlocks per second,
+/// this process's CPU µs per lock+unlock).
+async fn run(sides: &[Side], length: Duration) -> Result<(f64, f64)> {
+    let stop_at = Instant::now() + length;
+    let done = Arc::new(AtomicUsize::new(0));
+    let cpu_before = cpu_seconds()?;
+    let mut set = tokio::task::JoinSet::new();
+    for side in sides {
+        let (side, done) = (side.clone(), done.clone());
+        set.spawn(async move {
+            while Instant::now() < stop_at {
+                side.lock_unlock().await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Result::Ok(())
+        });
+    }
+    while let Some(finished) = set.join_next().await {
+        finished??;
+    }
+    let cpu = cpu_seconds()? - cpu_before;
+    let done = done.load(Ordering::Relaxed).max(1) as f64;
+    Ok((done / length.as_secs_f64(), cpu * 1e6 / done))
+}
+
+/// One task's lock+unlock, by one contender.
+#[derive(Clone)]
+enum Side {
+    Ours(Lock),
+    Shards(Bare<MultiplexedConnection>),
+    Cluster(Bare<redis::cluster_async::ClusterConnection>),
+    Combined(Bare<Combined>),
+}
+
+impl Side {
+    async fn lock_unlock(&self) -> Result {
+        match self {
+            Side::Ours(lock) => lock.lock_with_lease(LEASE).await?.unlock().await?,
+            Side::Shards(bare) => bare.lock_unlock().await?,
+            Side::Cluster(bare) => bare.lock_unlock().await?,
+            Side::Combined(bare) => bare.lock_unlock().await?,
+        }
+        Ok(())
+    }
+}
+
+/// The crate's acquire and sharded release on a bare connection.
+#[derive(Clone)]
+struct Bare<C> {
+    conn: C,
+    name: String,
+    field: String,
+}
+
+impl<C: ConnectionLike + Clone> Bare<C> {
+    fn new(conn: C, name: &str, field: &str) -> Bare<C> {
+        Bare {
+            conn,
+            name: name.to_owned(),
+            field: field.to_owned(),
+        }
+    }
+
+    async fn lock_unlock(&self) -> Result {
+        let (mut conn, name, field) = (self.conn.clone(), &self.name, &self.field);
+        let hold_id = protocol::new_hold_id();
+        let reply: AcquireReply = protocol::acquire(name, field, LEASE, &hold_id)
+            .invoke_async(&mut conn)
+            .await?;
+        if !matches!(reply, AcquireReply::Granted { .. }) {
+            return Err(format!("{name} was taken: {reply:?}").into());
+        }
+        let released: Option<i64> = protocol::release_sharded(name, field, &hold_id)
+            .invoke_async(&mut conn)
+            .await?;
+        if released != Some(1) {
+            return Err(format!("{name} was not released: {released:?}").into());
+        }
+        Ok(())
+    }
+}
+
+/// A request and where its reply goes.
+type Queued = (Cmd, oneshot::Sender<RedisResult<Value>>);
+
+/// One connection, and a task that forwards the requests queued for it.
+struct Combiner {
+    conn: MultiplexedConnection,
+    in_flight: AtomicUsize,
+    queue: mpsc::UnboundedSender<Queued>,
+}
+
+impl Combiner {
+    fn start(conn: MultiplexedConnection) -> Arc<Combiner> {
+        let (queue, mut queued) = mpsc::unbounded_channel::<Queued>();
+        let forwarding = conn.clone();
+        tokio::spawn(async move {
+            let mut pending = FuturesUnordered::new();
+            let mut batch = Vec::new();
+            loop {
+                tokio::select! {
+                    n = queued.recv_many(&mut batch, 256) => {
+                        if n == 0 {
+                            return;
+                        }
+                        // Into the connection's queue in one poll: its
+                        // writer finds them all there.
+                        for (cmd, reply) in batch.drain(..) {
+                            let mut conn = forwarding.clone();
+                            pending.push(async move {
+                                let _ = reply.send(conn.send_packed_command(&cmd).await);
+                            });
+                        }
+                    }
+                    Some(()) = pending.next(), if !pending.is_empty() => {}
+                }
+            }
+        });
+        Arc::new(Combiner {
+            conn,
+            in_flight: AtomicUsize::new(0),
+            queue,
+        })
+    }
+
+    /// Directly when nothing else is in flight, else through the task.
+    async fn run(&self, cmd: Cmd) -> RedisResult<Value> {
+        let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
+        let reply = if alone {
+            self.conn.clone().send_packed_command(&cmd).await
+        } else {
+            let (reply, replied) = oneshot::channel();
+            let _ = self.queue.send((cmd, reply));
+            replied.await.unwrap_or_else(|_| {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the forwarding task ended",
+                )))
+            })
+        };
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        reply
+    }
+}
+
+/// A [`Combiner`] as a connection scripts can be invoked on.
+#[derive(Clone)]
+struct Combined(Arc<Combiner>);
+
+impl ConnectionLike for Combined {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.0.run(cmd.clone()))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        // Scripts send single commands; a pipeline goes directly.
+        let mut conn = self.0.conn.clone();
+        Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// This process's user + system CPU seconds so far (`/proc/self/stat`, in
+/// clock ticks of 1/100 s).
+fn cpu_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let rest = &stat[stat
+        .rfind(')')
+        .ok_or("no command name in /proc/self/stat")?
+        + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| -> Result<f64> {
+        Ok(fields
+            .get(i)
+            .ok_or("short /proc/self/stat")?
+            .parse::<f64>()?
+            / 100.0)
+    };
+    // utime and stime: fields 14 and 15, 11 and 12 after the name.
+    Ok(ticks(11)? + ticks(12)?)
+}
