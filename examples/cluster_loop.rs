@@ -1,7 +1,6 @@
 //! K tasks, each on a name of its own, taking and releasing it in a loop
 //! through a Redis Cluster: the benchmark's section (i) with 64 tasks,
-//! without the rest of the benchmark, for a profile of the cluster path and
-//! for trying a transport beside the ones it measures.
+//! without the rest of the benchmark, for a profile of the cluster path.
 //!
 //! `cargo run --release --example cluster_loop` starts the test kit's
 //! cluster (3 primaries, 3 replicas) and runs 64 tasks for 4 rounds of 1 s
@@ -19,30 +18,21 @@
 //!   client;
 //! - `cluster`: the same calls on one redis-rs `ClusterConnection`, which
 //!   hands every request to one task that forwards it to the shard's
-//!   multiplexed connection (the benchmark's limit);
-//! - `combined`: `shards`, where a request that finds another one in
-//!   flight on its connection is handed to one task per connection that
-//!   forwards whatever has queued in one go, as the `ClusterConnection`
-//!   does for all (an experiment: it keeps no order between a request sent
-//!   directly and one queued; see `BENCHMARKS.md`).
+//!   multiplexed connection (the benchmark's limit).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use multilock::{Client, Lock, Node};
 use multilock_testkit::RedisCluster;
 use multilock_testkit::protocol::{self, AcquireReply};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Cmd, RedisFuture, RedisResult, Value};
-use tokio::sync::{mpsc, oneshot};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const LEASE: Duration = Duration::from_secs(30);
-const CONTENDERS: [&str; 4] = ["ours", "shards", "cluster", "combined"];
+const CONTENDERS: [&str; 3] = ["ours", "shards", "cluster"];
 const ROUNDS: usize = 4;
 
 #[tokio::main]
@@ -68,7 +58,6 @@ async fn main() -> Result {
         let client = redis::Client::open(info)?;
         shards.push(client.get_multiplexed_async_connection().await?);
     }
-    let combined: Vec<Arc<Combiner>> = shards.iter().cloned().map(Combiner::start).collect();
     let whole = redis::cluster::ClusterClient::builder(cluster.seed_urls())
         .use_protocol(redis::ProtocolVersion::RESP3)
         .tcp_settings(nodelay)
@@ -87,8 +76,6 @@ async fn main() -> Result {
             &field,
         )));
         sides[2].push(Side::Cluster(Bare::new(whole.clone(), &name, &field)));
-        let combined = Combined(combined[owner].clone());
-        sides[3].push(Side::Combined(Bare::new(combined, &name, &field)));
     }
     // Connections made and scripts loaded everywhere.
     for side in sides.iter().flatten() {
@@ -152,7 +139,6 @@ enum Side {
     Ours(Lock),
     Shards(Bare<MultiplexedConnection>),
     Cluster(Bare<redis::cluster_async::ClusterConnection>),
-    Combined(Bare<Combined>),
 }
 
 impl Side {
@@ -161,7 +147,6 @@ impl Side {
             Side::Ours(lock) => lock.lock_with_lease(LEASE).await?.unlock().await?,
             Side::Shards(bare) => bare.lock_unlock().await?,
             Side::Cluster(bare) => bare.lock_unlock().await?,
-            Side::Combined(bare) => bare.lock_unlock().await?,
         }
         Ok(())
     }
@@ -200,94 +185,6 @@ impl<C: ConnectionLike + Clone> Bare<C> {
             return Err(format!("{name} was not released: {released:?}").into());
         }
         Ok(())
-    }
-}
-
-/// A request and where its reply goes.
-type Queued = (Cmd, oneshot::Sender<RedisResult<Value>>);
-
-/// One connection, and a task that forwards the requests queued for it.
-struct Combiner {
-    conn: MultiplexedConnection,
-    in_flight: AtomicUsize,
-    queue: mpsc::UnboundedSender<Queued>,
-}
-
-impl Combiner {
-    fn start(conn: MultiplexedConnection) -> Arc<Combiner> {
-        let (queue, mut queued) = mpsc::unbounded_channel::<Queued>();
-        let forwarding = conn.clone();
-        tokio::spawn(async move {
-            let mut pending = FuturesUnordered::new();
-            let mut batch = Vec::new();
-            loop {
-                tokio::select! {
-                    n = queued.recv_many(&mut batch, 256) => {
-                        if n == 0 {
-                            return;
-                        }
-                        // Into the connection's queue in one poll: its
-                        // writer finds them all there.
-                        for (cmd, reply) in batch.drain(..) {
-                            let mut conn = forwarding.clone();
-                            pending.push(async move {
-                                let _ = reply.send(conn.send_packed_command(&cmd).await);
-                            });
-                        }
-                    }
-                    Some(()) = pending.next(), if !pending.is_empty() => {}
-                }
-            }
-        });
-        Arc::new(Combiner {
-            conn,
-            in_flight: AtomicUsize::new(0),
-            queue,
-        })
-    }
-
-    /// Directly when nothing else is in flight, else through the task.
-    async fn run(&self, cmd: Cmd) -> RedisResult<Value> {
-        let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
-        let reply = if alone {
-            self.conn.clone().send_packed_command(&cmd).await
-        } else {
-            let (reply, replied) = oneshot::channel();
-            let _ = self.queue.send((cmd, reply));
-            replied.await.unwrap_or_else(|_| {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "the forwarding task ended",
-                )))
-            })
-        };
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        reply
-    }
-}
-
-/// A [`Combiner`] as a connection scripts can be invoked on.
-#[derive(Clone)]
-struct Combined(Arc<Combiner>);
-
-impl ConnectionLike for Combined {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(self.0.run(cmd.clone()))
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        // Scripts send single commands; a pipeline goes directly.
-        let mut conn = self.0.conn.clone();
-        Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
-    }
-
-    fn get_db(&self) -> i64 {
-        0
     }
 }
 

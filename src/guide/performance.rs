@@ -34,8 +34,14 @@
 //!   per wake-up, and each costs it more.
 //!   Connections use TCP_NODELAY, as Redisson's do, and a node's requests
 //!   pipeline on one shared connection (`NodeBuilder::shared_connections`
-//!   raises it for a client whose own CPU is the limit).
-//! - The client's own CPU per lock+unlock is about a bare connection's with
+//!   raises it for a client whose own CPU is the limit). A request that
+//!   finds others in flight on its connection is handed to one task per
+//!   connection that passes on all that queued at once, so they leave in one
+//!   write, as redis-rs's cluster connection does for every request; a lone
+//!   request goes straight to the connection and pays no hop. With 64 tasks
+//!   through a cluster that cut the client's CPU per lock+unlock by a quarter
+//!   to a third (`BENCHMARKS.md`).
+//! - The client's own CPU per lock+unlock is at most a bare connection's with
 //!   the same socket (`cargo run --release --example client_cpu`: 64 tasks
 //!   on their own locks, against a redis-rs connection sending Redisson's
 //!   protocol). The socket matters more than the code: on loopback most of a

@@ -6,7 +6,9 @@
 //! at most the pool size), and a checkout clones one of those multiplexed
 //! handles, the one its lock's name picks (no pool lock, no semaphore, no
 //! await), so concurrent requests pipeline on a few sockets instead of
-//! queueing for a connection each, and a lock's requests stay in order. The pool is asked only for shared connections (the first, and to
+//! queueing for a connection each, and a lock's requests stay in order
+//! (each connection coalesces its writes under concurrency:
+//! [`super::coalesce`]). The pool is asked only for shared connections (the first, and to
 //! replace one that broke), and for connections a request needs to itself
 //! (a replica-sync `WAIT`).
 //!
