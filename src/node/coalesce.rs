@@ -28,6 +28,10 @@
 //! A caller that goes away: a request dropped before the forwarding task
 //! takes it is not sent, as redis-rs does not write a request whose caller
 //! left before its driver took it; one taken is sent, and its reply dropped.
+//!
+//! Time: a queued request's caller waits at most the connection's response
+//! timeout on its own timer, as a direct request does: the forwarding task
+//! runs on the runtime that made the connection, which may have stopped.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +42,7 @@ use futures::stream::FuturesUnordered;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::coop::unconstrained;
 
 /// How many queued requests the forwarding task takes per wake-up.
 const BATCH: usize = 256;
@@ -48,6 +53,9 @@ const BATCH: usize = 256;
 #[derive(Clone)]
 pub(crate) struct Pipe {
     conn: MultiplexedConnection,
+    /// The connection's response timeout, which a queued request's caller
+    /// keeps too: its forwarding task may not be running.
+    response_timeout: Option<Duration>,
     shared: Arc<Shared>,
 }
 
@@ -86,14 +94,16 @@ impl Drop for InFlight {
 }
 
 impl Pipe {
-    /// A pipe over `conn`, and its forwarding task on the current runtime
-    /// (the one that drives `conn`). The task ends once every clone of the
-    /// pipe is gone and what was queued is answered.
-    pub(crate) fn start(conn: MultiplexedConnection) -> Pipe {
+    /// A pipe over `conn` (made with `response_timeout`), and its
+    /// forwarding task on the current runtime (the one that drives `conn`).
+    /// The task ends once every clone of the pipe is gone and what was
+    /// queued is answered.
+    pub(crate) fn start(conn: MultiplexedConnection, response_timeout: Option<Duration>) -> Pipe {
         let (queue, queued) = mpsc::unbounded_channel();
         tokio::spawn(forward(queued));
         Pipe {
             conn,
+            response_timeout,
             shared: Arc::new(Shared {
                 in_flight: AtomicUsize::new(0),
                 queue,
@@ -108,6 +118,7 @@ impl Pipe {
         conn.set_response_timeout(timeout);
         Pipe {
             conn,
+            response_timeout: Some(timeout),
             shared: self.shared.clone(),
         }
     }
@@ -129,7 +140,18 @@ impl Pipe {
         if self.shared.queue.send(queued).is_err() {
             return Err(task_gone());
         }
-        replied.await.unwrap_or_else(|_| Err(task_gone()))
+        // The caller's own timer: the forwarding task runs on the runtime
+        // that made the connection, which may have stopped running (a
+        // runtime kept but no longer driven), as a direct request's timer
+        // runs on its caller's.
+        let answer = match self.response_timeout {
+            Some(limit) => match tokio::time::timeout(limit, replied).await {
+                Ok(answer) => answer,
+                Err(_) => return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+            },
+            None => replied.await,
+        };
+        answer.unwrap_or_else(|_| Err(task_gone()))
     }
 }
 
@@ -147,14 +169,19 @@ async fn forward(mut queued: mpsc::UnboundedReceiver<Queued>) {
                 // write one whose caller left before it was written.
                 let callers_waiting = batch.drain(..).filter(|request| !request.reply.is_closed());
                 for request in callers_waiting {
-                    pending.push(async move {
+                    // Unconstrained: a send that found this task's budget
+                    // spent would wait for a deferred wake-up while a later
+                    // one, polled at once, went ahead of it. Each request
+                    // is one send and one reply; the queue's reads keep the
+                    // budget, so the task still yields under load.
+                    pending.push(unconstrained(async move {
                         let Queued { mut conn, cmd, reply, _in_flight } = request;
                         let answer = conn.send_packed_command(&cmd).await;
                         // Counted out before the caller hears: a caller's
                         // next request then finds this one answered.
                         drop(_in_flight);
                         let _ = reply.send(answer);
-                    });
+                    }));
                 }
             }
             Some(()) = pending.next(), if !pending.is_empty() => {}
@@ -177,8 +204,9 @@ impl ConnectionLike for Pipe {
         Box::pin(self.send(cmd))
     }
 
-    /// A pipeline goes straight to the connection: none is sent on a
-    /// connection others share (a new connection's setup is sent before
+    /// A pipeline goes straight to the connection, so it must find nothing
+    /// in flight there (it would overtake what is queued): none is sent on
+    /// a connection others share (a new connection's setup is sent before
     /// its pipe exists).
     fn req_packed_commands<'a>(
         &'a mut self,
@@ -187,7 +215,8 @@ impl ConnectionLike for Pipe {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let _in_flight = InFlight::enter(&self.shared);
+            let (_in_flight, alone) = InFlight::enter(&self.shared);
+            debug_assert!(alone, "a pipeline on a connection others share");
             self.conn
                 .send_packed_commands(pipeline, offset, count)
                 .await
@@ -201,6 +230,8 @@ impl ConnectionLike for Pipe {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use multilock_testkit::{RedisProcess, TestServer};
     use redis::aio::ConnectionLike;
 
@@ -208,11 +239,20 @@ mod tests {
 
     async fn pipe_to(server: &RedisProcess) -> Pipe {
         let client = redis::Client::open(server.url()).unwrap();
-        Pipe::start(client.get_multiplexed_async_connection().await.unwrap())
+        Pipe::start(
+            client.get_multiplexed_async_connection().await.unwrap(),
+            None,
+        )
     }
 
     async fn get(pipe: &mut Pipe) -> Option<i64> {
         redis::cmd("GET").arg("k").query_async(pipe).await.unwrap()
+    }
+
+    fn push(entry: &str) -> Cmd {
+        let mut cmd = redis::cmd("RPUSH");
+        cmd.arg("log").arg(entry);
+        cmd
     }
 
     fn set(value: i64) -> Cmd {
@@ -262,6 +302,104 @@ mod tests {
         assert_eq!(in_flight.await.unwrap(), Value::Okay);
         assert_eq!(get(&mut later).await, Some(0));
         assert_eq!(pipe.shared.in_flight.load(Ordering::Acquire), 0);
+    }
+
+    /// Requests queued at once leave in the order they were queued, however
+    /// many: a send that found the forwarding task's cooperative budget
+    /// spent must not wait while a later request goes ahead of it.
+    #[tokio::test]
+    async fn queued_requests_leave_in_order_however_many() {
+        let server = RedisProcess::start().await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        // Room for every request in the connection's own queue: only the
+        // forwarding task decides their order.
+        let config = redis::AsyncConnectionConfig::new().set_pipeline_buffer_size(1024);
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap();
+        let pipe = Pipe::start(conn, None);
+        let mut first = pipe.clone();
+        let ping = redis::cmd("PING");
+        let mut in_flight = first.req_packed_command(&ping);
+        assert!(futures::poll!(&mut in_flight).is_pending());
+        let pushes: Vec<Cmd> = (0..256).map(|i| push(&i.to_string())).collect();
+        let mut pipes = vec![pipe.clone(); pushes.len()];
+        let mut queued: Vec<_> = pipes
+            .iter_mut()
+            .zip(&pushes)
+            .map(|(pipe, push)| pipe.req_packed_command(push))
+            .collect();
+        for request in &mut queued {
+            assert!(futures::poll!(&mut *request).is_pending());
+        }
+        // Queued while the forwarding task works through the others.
+        let mut late = pipe.clone();
+        let late = tokio::spawn(async move { late.req_packed_command(&push("late")).await });
+        for request in queued {
+            request.await.unwrap();
+        }
+        in_flight.await.unwrap();
+        late.await.unwrap().unwrap();
+        let log: Vec<String> = redis::cmd("LRANGE")
+            .arg("log")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut pipe.clone())
+            .await
+            .unwrap();
+        assert_eq!(log.len(), 257);
+        let at = log.iter().position(|entry| entry == "late");
+        assert_eq!(at, Some(256), "the late request overtook queued ones");
+    }
+
+    /// A queued request keeps its caller's response timeout when the
+    /// runtime that made the connection is kept but no longer driven (its
+    /// forwarding task never runs): it fails as a direct request does, it
+    /// does not wait without end.
+    #[tokio::test]
+    async fn a_queued_request_times_out_when_its_connection_runtime_stands_still() {
+        let server = RedisProcess::start().await.unwrap();
+        let url = server.url();
+        let timeout = Duration::from_millis(200);
+        let (made, pipe) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let home = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let pipe = runtime.block_on(async {
+                let client = redis::Client::open(url).unwrap();
+                let config =
+                    redis::AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .unwrap();
+                Pipe::start(conn, Some(timeout))
+            });
+            made.send(pipe).unwrap();
+            // Kept, and never driven again until the test is over.
+            let _ = stopped.recv();
+            drop(runtime);
+        });
+        let pipe = pipe.recv().unwrap();
+        let (mut direct, mut queued) = (pipe.clone(), pipe.clone());
+        let ping = redis::cmd("PING");
+        let both = futures::future::join(
+            direct.req_packed_command(&ping),
+            queued.req_packed_command(&ping),
+        );
+        let answers = tokio::time::timeout(Duration::from_secs(5), both).await;
+        stop.send(()).unwrap();
+        home.join().unwrap();
+        let (direct, queued) = answers.expect("a request waited past its response timeout");
+        assert!(direct.is_err(), "{direct:?}");
+        assert!(
+            queued.as_ref().is_err_and(RedisError::is_timeout),
+            "{queued:?}"
+        );
     }
 
     /// Many tasks on one pipe, each with requests one after another: every

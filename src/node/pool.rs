@@ -175,7 +175,7 @@ impl managed::Manager for ConnectionFactory {
             self.server.observe(run_id.trim());
         }
         Ok(PooledConnection {
-            conn: Pipe::start(conn),
+            conn: Pipe::start(conn, Some(self.response_timeout)),
             broken,
             target: self.target.clone(),
             epoch,
