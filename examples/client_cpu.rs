@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use multilock::{Client, Node};
-use multilock_testkit::{RedisProcess, TestServer, redisson};
+use multilock_testkit::{RedisProcess, TestServer, process_cpu_seconds, redisson};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 
@@ -82,7 +82,7 @@ async fn main() -> Result {
             }
             let done = Arc::new(AtomicUsize::new(0));
             let stop_at = Instant::now() + run_for;
-            let before = cpu_seconds()?;
+            let before = process_cpu_seconds()?;
             let started = Instant::now();
             let mut tasks = JoinSet::new();
             for i in 0..TASKS {
@@ -113,7 +113,7 @@ async fn main() -> Result {
                 joined??;
             }
             let elapsed = started.elapsed().as_secs_f64();
-            let (user, system) = cpu_seconds()?;
+            let (user, system) = process_cpu_seconds()?;
             let ops = done.load(Ordering::Relaxed).max(1) as f64;
             runs[who].push((
                 ops / elapsed,
@@ -183,22 +183,6 @@ async fn redisson_lock_unlock(conn: &MultiplexedConnection, name: &str, field: &
     delete.set_no_response(true);
     delete.exec_async(&mut conn.clone()).await?;
     Ok(())
-}
-
-/// This process's user and system CPU seconds so far (`/proc/self/stat`,
-/// in clock ticks of 1/100 s).
-fn cpu_seconds() -> Result<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the command name, which is in parentheses.
-    let rest = &stat[stat
-        .rfind(')')
-        .ok_or("no command name in /proc/self/stat")?
-        + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields.get(i).ok_or("short stat")?.parse::<f64>()? / 100.0)
-    };
-    Ok((ticks(11)?, ticks(12)?))
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {

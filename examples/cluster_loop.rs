@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use multilock::{Client, Lock, Node};
-use multilock_testkit::RedisCluster;
 use multilock_testkit::protocol::{self, AcquireReply};
+use multilock_testkit::{RedisCluster, process_cpu_seconds};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -113,7 +113,7 @@ async fn main() -> Result {
 async fn run(sides: &[Side], length: Duration) -> Result<(f64, f64)> {
     let stop_at = Instant::now() + length;
     let done = Arc::new(AtomicUsize::new(0));
-    let cpu_before = cpu_seconds()?;
+    let cpu_before = process_cpu_seconds().map(|(user, system)| user + system)?;
     let mut set = tokio::task::JoinSet::new();
     for side in sides {
         let (side, done) = (side.clone(), done.clone());
@@ -128,7 +128,7 @@ async fn run(sides: &[Side], length: Duration) -> Result<(f64, f64)> {
     while let Some(finished) = set.join_next().await {
         finished??;
     }
-    let cpu = cpu_seconds()? - cpu_before;
+    let cpu = process_cpu_seconds().map(|(user, system)| user + system)? - cpu_before;
     let done = done.load(Ordering::Relaxed).max(1) as f64;
     Ok((done / length.as_secs_f64(), cpu * 1e6 / done))
 }
@@ -186,24 +186,4 @@ impl<C: ConnectionLike + Clone> Bare<C> {
         }
         Ok(())
     }
-}
-
-/// This process's user + system CPU seconds so far (`/proc/self/stat`, in
-/// clock ticks of 1/100 s).
-fn cpu_seconds() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    let rest = &stat[stat
-        .rfind(')')
-        .ok_or("no command name in /proc/self/stat")?
-        + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields
-            .get(i)
-            .ok_or("short /proc/self/stat")?
-            .parse::<f64>()?
-            / 100.0)
-    };
-    // utime and stime: fields 14 and 15, 11 and 12 after the name.
-    Ok(ticks(11)? + ticks(12)?)
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use multilock::{Client, Node, RedLock};
-use multilock_testkit::{RedisProcess, TestServer, redisson};
+use multilock_testkit::{RedisProcess, TestServer, process_cpu_seconds, redisson};
 use redis::aio::MultiplexedConnection;
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -68,7 +68,7 @@ async fn main() -> Result {
     limit_once(&bare).await?;
 
     let stop_at = Instant::now() + Duration::from_secs_f64(secs);
-    let cpu_before = cpu_seconds()?;
+    let cpu_before = process_cpu_seconds().map(|(user, system)| user + system)?;
     // In a task of its own, as the benchmark's section (a) runs: a worker
     // thread, where the main thread's `block_on` is not one.
     let timed = tokio::spawn(async move {
@@ -92,7 +92,7 @@ async fn main() -> Result {
         Result::Ok((ours, limit))
     });
     let (mut ours, mut limit) = timed.await??;
-    let cpu = cpu_seconds()? - cpu_before;
+    let cpu = process_cpu_seconds().map(|(user, system)| user + system)? - cpu_before;
     println!("{n} nodes, {secs} s, {mode}:");
     for (label, samples) in [("RedLock", &mut ours), ("Redisson 3.24+ limit", &mut limit)] {
         if samples.is_empty() {
@@ -157,24 +157,4 @@ async fn limit_once(conns: &[MultiplexedConnection]) -> Result {
         }
     }
     Ok(())
-}
-
-/// This process's user + system CPU seconds so far (`/proc/self/stat`, in
-/// clock ticks of 1/100 s).
-fn cpu_seconds() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    let rest = &stat[stat
-        .rfind(')')
-        .ok_or("no command name in /proc/self/stat")?
-        + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields
-            .get(i)
-            .ok_or("short /proc/self/stat")?
-            .parse::<f64>()?
-            / 100.0)
-    };
-    // utime and stime: fields 14 and 15, 11 and 12 after the name.
-    Ok(ticks(11)? + ticks(12)?)
 }

@@ -54,6 +54,7 @@ mod any;
 mod cluster;
 mod command;
 pub mod containers;
+mod cpu;
 mod fencing;
 mod history;
 mod poll;
@@ -77,6 +78,7 @@ pub use any::{AnyServer, BACKEND_ENV, Backend};
 pub use cluster::{ClusterNode, RedisCluster, SlotMigration, key_slot};
 pub use command::Role;
 pub use containers::{RedisContainer, Side};
+pub use cpu::process_cpu_seconds;
 pub use fencing::FencedStore;
 pub use history::{
     Access, Departure, FencedWrite, History, Hold, HoldId, Leftover, Outlived, Overtaking,
