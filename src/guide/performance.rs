@@ -41,7 +41,7 @@
 //!   request goes straight to the connection and pays no hop. With 64 tasks
 //!   through a cluster that cut the client's CPU per lock+unlock by a quarter
 //!   to a third (`BENCHMARKS.md`).
-//! - The client's own CPU per lock+unlock is at most a bare connection's with
+//! - The client's own CPU per lock+unlock is about a bare connection's with
 //!   the same socket (`cargo run --release --example client_cpu`: 64 tasks
 //!   on their own locks, against a redis-rs connection sending Redisson's
 //!   protocol). The socket matters more than the code: on loopback most of a
