@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use multilock::{Client, Lock, Node};
-use multilock_testkit::protocol::{self, AcquireReply};
-use multilock_testkit::{RedisCluster, process_cpu_seconds};
+use multilock_testkit::protocol;
+use multilock_testkit::{RedisCluster, bare_lock_unlock, process_cpu_seconds};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -170,20 +170,8 @@ impl<C: ConnectionLike + Clone> Bare<C> {
     }
 
     async fn lock_unlock(&self) -> Result {
-        let (mut conn, name, field) = (self.conn.clone(), &self.name, &self.field);
-        let hold_id = protocol::new_hold_id();
-        let reply: AcquireReply = protocol::acquire(name, field, LEASE, &hold_id)
-            .invoke_async(&mut conn)
-            .await?;
-        if !matches!(reply, AcquireReply::Granted { .. }) {
-            return Err(format!("{name} was taken: {reply:?}").into());
-        }
-        let released: Option<i64> = protocol::release_sharded(name, field, &hold_id)
-            .invoke_async(&mut conn)
-            .await?;
-        if released != Some(1) {
-            return Err(format!("{name} was not released: {released:?}").into());
-        }
+        let mut conn = self.conn.clone();
+        bare_lock_unlock(&mut conn, &self.name, &self.field, LEASE).await?;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //! `redis::cluster_async::ClusterConnection` (RESP3, TCP_NODELAY; it routes
 //! each script call by its first key's slot) sending the same acquire and
 //! the same release, publishing with `spublish` as ours does on Redis 7+
-//! (`multilock_testkit::protocol::{acquire, release_sharded}`). Beside it,
+//! (`multilock_testkit::bare_lock_unlock`). Beside it,
 //! the same calls on a bare `MultiplexedConnection` per primary, each name
 //! sent to its slot's primary as the map stood at the start: the way ours
 //! reaches a shard, without its client.
@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use multilock::{Client, Lock, Node};
-use multilock_testkit::protocol::{self, AcquireReply};
-use multilock_testkit::{RedisCluster, key_slot};
+use multilock_testkit::protocol;
+use multilock_testkit::{RedisCluster, bare_lock_unlock, key_slot};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use tokio::task::JoinSet;
@@ -73,20 +73,8 @@ struct Bare<C> {
 
 impl<C: ConnectionLike + Clone> Bare<C> {
     async fn lock_unlock(&self) -> BenchResult {
-        let (mut conn, name, field) = (self.conn.clone(), &self.name, &self.field);
-        let hold_id = protocol::new_hold_id();
-        let reply: AcquireReply = protocol::acquire(name, field, LEASE, &hold_id)
-            .invoke_async(&mut conn)
-            .await?;
-        if !matches!(reply, AcquireReply::Granted { .. }) {
-            return Err(format!("the limit found {name} taken: {reply:?}").into());
-        }
-        let released: Option<i64> = protocol::release_sharded(name, field, &hold_id)
-            .invoke_async(&mut conn)
-            .await?;
-        if released != Some(1) {
-            return Err(format!("the limit did not hold {name}: {released:?}").into());
-        }
+        let mut conn = self.conn.clone();
+        bare_lock_unlock(&mut conn, &self.name, &self.field, LEASE).await?;
         Ok(())
     }
 }

@@ -51,6 +51,7 @@
 pub mod readme {}
 
 mod any;
+mod bare;
 mod cluster;
 mod command;
 pub mod containers;
@@ -75,6 +76,7 @@ use std::io;
 pub use multilock::wire as protocol;
 
 pub use any::{AnyServer, BACKEND_ENV, Backend};
+pub use bare::bare_lock_unlock;
 pub use cluster::{ClusterNode, RedisCluster, SlotMigration, key_slot};
 pub use command::Role;
 pub use containers::{RedisContainer, Side};
