@@ -253,6 +253,12 @@ struct Settings {
     /// (1 node, [`MANY_KEYS_TASKS`]): multilock, the limit and rslock take
     /// turns, so that drift in the machine's state hits all three alike.
     many_keys_rounds: (usize, Duration),
+    /// Rounds, and how long each runs, of K readers of one read-write lock
+    /// against the read scripts' limit. More than the many-keys case's: a
+    /// round's rate spreads ±15 % here (the server's cost per read follows
+    /// how many readers hold at that moment), so 12 rounds put the median
+    /// anywhere in 0.93–1.03× for two contenders that run alike.
+    readers_rounds: (usize, Duration),
     /// Runs of the K=8 hand-off loop, each held to the hand-off target.
     handoff_runs: usize,
     /// Rounds of the read-write lock's write-after-readers hand-off (h).
@@ -304,6 +310,7 @@ impl Settings {
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(150),
                 many_keys_rounds: (2, Duration::from_millis(150)),
+                readers_rounds: (2, Duration::from_millis(150)),
                 handoff_runs: 1,
                 rw_handoff_rounds: 40,
                 proxy_delays: vec![Duration::from_micros(500)],
@@ -325,6 +332,7 @@ impl Settings {
                 tasks: vec![CONTENDED_TASKS, MANY_KEYS_TASKS],
                 run_for: Duration::from_millis(1500),
                 many_keys_rounds: (12, Duration::from_millis(500)),
+                readers_rounds: (36, Duration::from_millis(500)),
                 handoff_runs: 3,
                 rw_handoff_rounds: 1_000,
                 proxy_delays: [0, 200, 500, 1_000].map(Duration::from_micros).to_vec(),

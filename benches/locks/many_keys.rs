@@ -416,9 +416,10 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             // shared; their reads cost the server less, a hash of 2 fields
             // instead of one of K + 1). Beside them, in turns, K readers
             // sending Redisson's own read-lock scripts.
+            let (read_rounds, read_for) = settings.readers_rounds;
             let mut reads = [const { Vec::new() }; READERS.len()];
             let mut read_cpus = [const { Vec::new() }; READERS.len()];
-            for round in 0..rounds {
+            for round in 0..read_rounds {
                 for turn in 0..READERS.len() {
                     let which = (round + turn) % READERS.len();
                     let readers = |i: usize| -> BenchResult<Contender> {
@@ -440,7 +441,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                         Ok(Contender::Limit(Limit::new(conns.clone(), name, protocol)))
                     };
                     let cpu_before = servers.cpu_seconds_of(n).await?;
-                    let (rate, acquisitions) = many_locks(readers, k, run_for).await?;
+                    let (rate, acquisitions) = many_locks(readers, k, read_for).await?;
                     let cpu = servers.cpu_seconds_of(n).await? - cpu_before;
                     reads[which].push(rate);
                     read_cpus[which].push(cpu * 1e6 / acquisitions.max(1) as f64);
@@ -481,12 +482,12 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 vec![None; CONTENDERS.len() - 1],
             );
             let mut note = format!(
-                "(c) {k} readers, {rounds} rounds of {} ms, taking turns: of one read-write lock \
-                 (multilock), sending Redisson 3.24+'s read-lock scripts on one bare connection \
-                 (read acquire, read unlock with its latch, the latch's DEL not awaited), \
-                 sending the crate's read scripts on it, and of a read-write lock each \
+                "(c) {k} readers, {read_rounds} rounds of {} ms, taking turns: of one read-write \
+                 lock (multilock), sending Redisson 3.24+'s read-lock scripts on one bare \
+                 connection (read acquire, read unlock with its latch, the latch's DEL not \
+                 awaited), sending the crate's read scripts on it, and of a read-write lock each \
                  (multilock).",
-                run_for.as_millis(),
+                read_for.as_millis(),
             );
             for (label, (rates, cpus)) in READERS.iter().zip(reads.iter().zip(&read_cpus)) {
                 let _ = write!(
@@ -497,16 +498,22 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
                 );
             }
             report.notes.push(note);
+            // Held to the paired rounds' median, as the other targets are.
+            let read_ratios =
+                paired_ratios(reads[OURS].iter().copied(), reads[CRATE].iter().copied());
+            let read_ratio = median(&read_ratios);
             report.target(
                 "(c)",
                 format!("{k} readers of one read-write lock ≥ 0.95 × the crate's read scripts on a bare connection"),
                 format!(
-                    "{}/s vs {}/s: {:.2}×",
+                    "{}/s vs {}/s (medians of {read_rounds} rounds): {:.2}×; paired rounds' \
+                     median {read_ratio:.2}×{}",
                     group(read_rate[OURS]),
                     group(read_rate[CRATE]),
-                    read_rate[OURS] / read_rate[CRATE]
+                    read_rate[OURS] / read_rate[CRATE],
+                    middle_half(&read_ratios),
                 ),
-                read_rate[OURS] >= 0.95 * read_rate[CRATE],
+                read_ratio >= 0.95,
             );
             // Reported, no longer a target: issue 39 replaced it by the
             // readers' own limit above, as the limit's own read scripts
@@ -515,7 +522,7 @@ pub async fn many_keys(settings: &Settings, servers: &Servers, report: &mut Repo
             report.notes.push(format!(
                 "(c) {k} readers of one read-write lock (1 node) ÷ many keys' rate ({case}): \
                  {}/s vs {}/s: {:.2}× (the crate's read scripts on a bare connection: {:.2}×; \
-                 medians of {rounds} rounds: {}).",
+                 medians of {read_rounds} rounds: {}).",
                 group(read_rate[OURS]),
                 group(rate[OURS]),
                 read_rate[OURS] / rate[OURS],

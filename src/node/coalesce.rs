@@ -29,6 +29,13 @@
 //! takes it is not sent, as redis-rs does not write a request whose caller
 //! left before its driver took it; one taken is sent, and its reply dropped.
 //!
+//! Nagle's algorithm: on a socket without `TCP_NODELAY` the kernel holds
+//! small writes back while earlier ones wait for their acknowledgement, so
+//! it coalesces them already; the hop would only add its own cost (about a
+//! twentieth more client CPU per lock+unlock, measured in `BENCHMARKS.md`).
+//! Such a connection's pipe sends every request straight to it
+//! ([`Pipe::direct`]).
+//!
 //! Time: a queued request's caller waits at most the connection's response
 //! timeout on its own timer, as a direct request does: the forwarding task
 //! runs on the runtime that made the connection, which may have stopped.
@@ -63,7 +70,8 @@ pub(crate) struct Pipe {
 struct Shared {
     /// Requests sent and not yet answered, queued ones included.
     in_flight: AtomicUsize,
-    queue: mpsc::UnboundedSender<Queued>,
+    /// The forwarding task's queue; none for a pipe that never coalesces.
+    queue: Option<mpsc::UnboundedSender<Queued>>,
 }
 
 /// A request for the forwarding task: the connection to send it on (with
@@ -101,6 +109,20 @@ impl Pipe {
     pub(crate) fn start(conn: MultiplexedConnection, response_timeout: Option<Duration>) -> Pipe {
         let (queue, queued) = mpsc::unbounded_channel();
         tokio::spawn(forward(queued));
+        Pipe::with_queue(conn, response_timeout, Some(queue))
+    }
+
+    /// A pipe over `conn` that sends every request straight to it: for a
+    /// socket under Nagle's algorithm, where the kernel coalesces writes.
+    pub(crate) fn direct(conn: MultiplexedConnection, response_timeout: Option<Duration>) -> Pipe {
+        Pipe::with_queue(conn, response_timeout, None)
+    }
+
+    fn with_queue(
+        conn: MultiplexedConnection,
+        response_timeout: Option<Duration>,
+        queue: Option<mpsc::UnboundedSender<Queued>>,
+    ) -> Pipe {
         Pipe {
             conn,
             response_timeout,
@@ -123,7 +145,16 @@ impl Pipe {
         }
     }
 
+    /// Whether requests may take the forwarding task's hop.
+    #[cfg(test)]
+    pub(crate) fn coalesces(&self) -> bool {
+        self.shared.queue.is_some()
+    }
+
     async fn send(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let Some(queue) = &self.shared.queue else {
+            return self.conn.send_packed_command(cmd).await;
+        };
         let (in_flight, alone) = InFlight::enter(&self.shared);
         if alone {
             let reply = self.conn.send_packed_command(cmd).await;
@@ -137,7 +168,7 @@ impl Pipe {
             reply,
             _in_flight: in_flight,
         };
-        if self.shared.queue.send(queued).is_err() {
+        if queue.send(queued).is_err() {
             return Err(task_gone());
         }
         // The caller's own timer: the forwarding task runs on the runtime
@@ -407,12 +438,23 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_reply_reaches_its_request_under_concurrency() {
         let server = RedisProcess::start().await.unwrap();
-        let pipe = pipe_to(&server).await;
+        let coalescing = pipe_to(&server).await;
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        for (kind, pipe) in [
+            ("coalescing", coalescing),
+            ("direct", Pipe::direct(conn, None)),
+        ] {
+            replies_reach_their_requests(kind, pipe).await;
+        }
+    }
+
+    async fn replies_reach_their_requests(kind: &'static str, pipe: Pipe) {
         let tasks: Vec<_> = (0..64)
             .map(|task| {
                 let mut pipe = pipe.clone();
                 tokio::spawn(async move {
-                    let key = format!("counter:{task}");
+                    let key = format!("counter:{kind}:{task}");
                     for expected in 1..=50_i64 {
                         let value: i64 = redis::cmd("INCR")
                             .arg(&key)

@@ -459,4 +459,18 @@ mod tests {
         }
         assert_eq!(Lane::of("orders:42"), Lane::of("orders:42"));
     }
+
+    /// A connection with `TCP_NODELAY` coalesces its writes under
+    /// concurrency; one under Nagle's algorithm leaves that to the kernel.
+    #[tokio::test]
+    async fn only_tcp_nodelay_connections_coalesce_writes() {
+        use multilock_testkit::{RedisProcess, TestServer};
+        let server = RedisProcess::start().await.unwrap();
+        let url = server.url();
+        let coalesces =
+            |node: Node| async move { node.checkout_any_conn().await.unwrap().conn.coalesces() };
+        assert!(coalesces(Node::new(&url).unwrap()).await);
+        let nagle = Node::builder(url).tcp_nodelay(false).build().unwrap();
+        assert!(!coalesces(nagle).await);
+    }
 }

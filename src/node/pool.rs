@@ -174,8 +174,15 @@ impl managed::Manager for ConnectionFactory {
         if let Some(run_id) = info.lines().find_map(|line| line.strip_prefix("run_id:")) {
             self.server.observe(run_id.trim());
         }
+        // Under Nagle's algorithm the kernel coalesces the writes already.
+        let response_timeout = Some(self.response_timeout);
+        let conn = if client.get_connection_info().tcp_settings().nodelay() {
+            Pipe::start(conn, response_timeout)
+        } else {
+            Pipe::direct(conn, response_timeout)
+        };
         Ok(PooledConnection {
-            conn: Pipe::start(conn, Some(self.response_timeout)),
+            conn,
             broken,
             target: self.target.clone(),
             epoch,
