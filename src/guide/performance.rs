@@ -40,7 +40,9 @@
 //!   write, as redis-rs's cluster connection does for every request; a lone
 //!   request goes straight to the connection and pays no hop. With 64 tasks
 //!   through a cluster that cut the client's CPU per lock+unlock by a quarter
-//!   to a third (`BENCHMARKS.md`).
+//!   to a third (`BENCHMARKS.md`). A connection under Nagle's algorithm
+//!   (below) sends every request straight: the kernel coalesces its writes,
+//!   and the hop would only add its own cost.
 //! - The client's own CPU per lock+unlock is about a bare connection's with
 //!   the same socket (`cargo run --release --example client_cpu`: 64 tasks
 //!   on their own locks, against a redis-rs connection sending Redisson's

@@ -128,7 +128,10 @@ impl NodeBuilder {
     /// cores, in a closed loop on loopback, the client's CPU per
     /// lock+unlock fell by a fifth to a third, most of it the kernel's
     /// (`BENCHMARKS.md`). For a client whose CPU is the limit, close to its
-    /// servers; keep the default where latency counts.
+    /// servers; keep the default where latency counts. (With `true`,
+    /// requests made while others are in flight on a connection leave
+    /// together through one task per connection; with `false` the kernel
+    /// gathers them and every request goes straight to the connection.)
     /// Applies to the connections to a URL node's server, a Sentinel
     /// group's primary and a Cluster's shards.
     ///

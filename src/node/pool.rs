@@ -7,8 +7,8 @@
 //! handles, the one its lock's name picks (no pool lock, no semaphore, no
 //! await), so concurrent requests pipeline on a few sockets instead of
 //! queueing for a connection each, and a lock's requests stay in order
-//! (each connection coalesces its writes under concurrency:
-//! [`super::coalesce`]). The pool is asked only for shared connections (the first, and to
+//! (each connection with `TCP_NODELAY` coalesces its writes under
+//! concurrency: [`super::coalesce`]). The pool is asked only for shared connections (the first, and to
 //! replace one that broke), and for connections a request needs to itself
 //! (a replica-sync `WAIT`).
 //!
@@ -46,7 +46,8 @@ pub(crate) struct ConnectionFactory {
 
 /// A pooled connection and what says it must not be reused.
 pub(crate) struct PooledConnection {
-    /// The connection, coalescing its writes under concurrency.
+    /// The connection, coalescing its writes under concurrency (with
+    /// `TCP_NODELAY`; under Nagle's algorithm the kernel does).
     pub(crate) conn: Pipe,
     pub(crate) broken: Arc<AtomicBool>,
     /// Its target and the target's epoch when it was made: a Sentinel
