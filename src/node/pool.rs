@@ -8,9 +8,9 @@
 //! await), so concurrent requests pipeline on a few sockets instead of
 //! queueing for a connection each, and a lock's requests stay in order
 //! (each connection with `TCP_NODELAY` coalesces its writes under
-//! concurrency: [`super::coalesce`]). The pool is asked only for shared connections (the first, and to
-//! replace one that broke), and for connections a request needs to itself
-//! (a replica-sync `WAIT`).
+//! concurrency: [`super::coalesce`]). The pool is asked only for shared
+//! connections (the first, and to replace one that broke), and for
+//! connections a request needs to itself (a replica-sync `WAIT`).
 //!
 //! deadpool-redis's stock manager sends `UNWATCH` + `PING` on every checkout,
 //! tripling the wire cost of a lock+unlock. Here a connection is known broken
