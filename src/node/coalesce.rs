@@ -433,6 +433,48 @@ mod tests {
         );
     }
 
+    /// A queued request whose forwarding task is dropped before answering
+    /// it (its runtime shut down) fails at once: it has no timer of its own
+    /// here, so without an answer from the dropped task it would wait
+    /// without end.
+    #[tokio::test]
+    async fn a_queued_request_fails_when_its_connection_runtime_shuts_down() {
+        let server = RedisProcess::start().await.unwrap();
+        let url = server.url();
+        let (made, pipe) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let home = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let pipe = runtime.block_on(async {
+                let client = redis::Client::open(url).unwrap();
+                Pipe::start(
+                    client.get_multiplexed_async_connection().await.unwrap(),
+                    None,
+                )
+            });
+            made.send(pipe).unwrap();
+            // Not driven again; shut down once the request is queued.
+            let _ = stopped.recv();
+            drop(runtime);
+        });
+        let pipe = pipe.recv().unwrap();
+        let (mut first, mut queued) = (pipe.clone(), pipe.clone());
+        let ping = redis::cmd("PING");
+        let mut in_flight = first.req_packed_command(&ping);
+        assert!(futures::poll!(&mut in_flight).is_pending());
+        let mut waiting = queued.req_packed_command(&ping);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        stop.send(()).unwrap();
+        home.join().unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a request queued on a dropped forwarding task waited on");
+        assert!(answer.is_err(), "{answer:?}");
+    }
+
     /// Many tasks on one pipe, each with requests one after another: every
     /// reply reaches the request it answers, queued or not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
