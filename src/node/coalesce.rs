@@ -391,40 +391,16 @@ mod tests {
     #[tokio::test]
     async fn a_queued_request_times_out_when_its_connection_runtime_stands_still() {
         let server = RedisProcess::start().await.unwrap();
-        let url = server.url();
         let timeout = Duration::from_millis(200);
-        let (made, pipe) = std::sync::mpsc::channel();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let home = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let pipe = runtime.block_on(async {
-                let client = redis::Client::open(url).unwrap();
-                let config =
-                    redis::AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .unwrap();
-                Pipe::start(conn, Some(timeout))
-            });
-            made.send(pipe).unwrap();
-            // Kept, and never driven again until the test is over.
-            let _ = stopped.recv();
-            drop(runtime);
-        });
-        let pipe = pipe.recv().unwrap();
-        let (mut direct, mut queued) = (pipe.clone(), pipe.clone());
+        let home = IdleHome::start(server.url(), Some(timeout));
+        let (mut direct, mut queued) = (home.pipe.clone(), home.pipe.clone());
         let ping = redis::cmd("PING");
         let both = futures::future::join(
             direct.req_packed_command(&ping),
             queued.req_packed_command(&ping),
         );
         let answers = tokio::time::timeout(Duration::from_secs(5), both).await;
-        stop.send(()).unwrap();
-        home.join().unwrap();
+        home.shut_down();
         let (direct, queued) = answers.expect("a request waited past its response timeout");
         assert!(direct.is_err(), "{direct:?}");
         assert!(
@@ -440,39 +416,60 @@ mod tests {
     #[tokio::test]
     async fn a_queued_request_fails_when_its_connection_runtime_shuts_down() {
         let server = RedisProcess::start().await.unwrap();
-        let url = server.url();
-        let (made, pipe) = std::sync::mpsc::channel();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let home = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let pipe = runtime.block_on(async {
-                let client = redis::Client::open(url).unwrap();
-                Pipe::start(
-                    client.get_multiplexed_async_connection().await.unwrap(),
-                    None,
-                )
-            });
-            made.send(pipe).unwrap();
-            // Not driven again; shut down once the request is queued.
-            let _ = stopped.recv();
-            drop(runtime);
-        });
-        let pipe = pipe.recv().unwrap();
-        let (mut first, mut queued) = (pipe.clone(), pipe.clone());
+        let home = IdleHome::start(server.url(), None);
+        let (mut first, mut queued) = (home.pipe.clone(), home.pipe.clone());
         let ping = redis::cmd("PING");
         let mut in_flight = first.req_packed_command(&ping);
         assert!(futures::poll!(&mut in_flight).is_pending());
         let mut waiting = queued.req_packed_command(&ping);
         assert!(futures::poll!(&mut waiting).is_pending());
-        stop.send(()).unwrap();
-        home.join().unwrap();
+        home.shut_down();
         let answer = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("a request queued on a dropped forwarding task waited on");
         assert!(answer.is_err(), "{answer:?}");
+    }
+
+    /// A pipe made on a current-thread runtime of its own thread, which is
+    /// kept and never driven again (its connection's driver and forwarding
+    /// task stand still) until [`IdleHome::shut_down`] drops it.
+    struct IdleHome {
+        pipe: Pipe,
+        stop: std::sync::mpsc::Sender<()>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl IdleHome {
+        fn start(url: String, timeout: Option<Duration>) -> IdleHome {
+            let (made, pipe) = std::sync::mpsc::channel();
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let thread = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let pipe = runtime.block_on(async {
+                    let client = redis::Client::open(url).unwrap();
+                    let config = redis::AsyncConnectionConfig::new().set_response_timeout(timeout);
+                    let conn = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .unwrap();
+                    Pipe::start(conn, timeout)
+                });
+                made.send(pipe).unwrap();
+                let _ = stopped.recv();
+                drop(runtime);
+            });
+            let pipe = pipe.recv().unwrap();
+            IdleHome { pipe, stop, thread }
+        }
+
+        /// Drops the runtime, and with it the connection's tasks.
+        fn shut_down(self) {
+            self.stop.send(()).unwrap();
+            self.thread.join().unwrap();
+        }
     }
 
     /// Many tasks on one pipe, each with requests one after another: every
