@@ -5,24 +5,30 @@
 //! `cargo run --release --example client_cpu -- redis://host:port` uses
 //! yours (`-- URL SECONDS ROUNDS` to change the run; `-- URL SECONDS
 //! ROUNDS 0,2` runs only those contenders, by their place below: for a
-//! profile of one).
+//! profile of one; `-- URL SECONDS ROUNDS 3,4 2300` adds 2,300 ns of busy
+//! work to each lock+unlock of the last contender: what a client path's
+//! extra microseconds cost in throughput).
 //!
-//! Four contenders take turns, each round in a new order: this crate with
+//! Five contenders take turns, each round in a new order: this crate with
 //! `TCP_NODELAY` (the default, as Redisson sets it) and with Nagle's
 //! algorithm (`NodeBuilder::tcp_nodelay(false)`), and a bare redis-rs
 //! `MultiplexedConnection`, cloned to the 64 tasks, sending Redisson
 //! 3.24+'s acquire and latched release and the latch's `DEL` without
 //! awaiting it, with each of the two sockets (redis-rs's default is
-//! Nagle's). Client CPU is this process's user and system time
-//! (`/proc/self/stat`) over each run, per lock+unlock: the server is
-//! another process. Figures: `BENCHMARKS.md`.
+//! Nagle's); last, the bare connection under Nagle's algorithm sending
+//! this crate's own scripts, so that what this crate's client path costs
+//! is told apart from what its scripts save. Client CPU is this process's
+//! user and system time (`/proc/self/stat`) over each run, per
+//! lock+unlock: the server is another process. Figures: `BENCHMARKS.md`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use multilock::{Client, Node};
-use multilock_testkit::{RedisProcess, TestServer, process_cpu_seconds, redisson};
+use multilock_testkit::{
+    RedisProcess, TestServer, bare_lock_unlock, process_cpu_seconds, redisson,
+};
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 
@@ -30,11 +36,14 @@ type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + 
 
 const TASKS: usize = 64;
 const LEASE: Duration = Duration::from_secs(30);
-const CONTENDERS: [&str; 4] = [
+/// The place of the bare connection sending this crate's scripts.
+const CRATE_SCRIPTS: usize = 4;
+const CONTENDERS: [&str; 5] = [
     "multilock, TCP_NODELAY",
     "bare connection, TCP_NODELAY",
     "multilock, Nagle",
     "bare connection, Nagle",
+    "crate scripts, bare, Nagle",
 ];
 
 #[tokio::main]
@@ -58,6 +67,7 @@ async fn main() -> Result {
             .collect::<std::result::Result<_, _>>()?,
         None => (0..CONTENDERS.len()).collect(),
     };
+    let busy_work = Duration::from_nanos(args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(0));
 
     let client = Client::new();
     let nodes = [
@@ -73,7 +83,7 @@ async fn main() -> Result {
          client CPU per lock+unlock (user + system)"
     );
     // Per contender: (lock+unlocks per second, user µs, system µs) per round.
-    let mut runs: [Vec<(f64, f64, f64)>; 4] = Default::default();
+    let mut runs: [Vec<(f64, f64, f64)>; CONTENDERS.len()] = Default::default();
     for round in 0..rounds {
         for turn in 0..CONTENDERS.len() {
             let who = (round + turn) % CONTENDERS.len();
@@ -88,7 +98,18 @@ async fn main() -> Result {
             for i in 0..TASKS {
                 let name = format!("client-cpu:{round}:{who}:{i}");
                 let done = done.clone();
-                if who.is_multiple_of(2) {
+                if who == CRATE_SCRIPTS {
+                    let mut conn = bare[1].clone();
+                    tasks.spawn(async move {
+                        let field = format!("{}:bare", uuid::Uuid::new_v4());
+                        while Instant::now() < stop_at {
+                            bare_lock_unlock(&mut conn, &name, &field, LEASE).await?;
+                            spin(busy_work);
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Result::Ok(())
+                    });
+                } else if who.is_multiple_of(2) {
                     let lock = client.lock(&nodes[who / 2], name)?;
                     tasks.spawn(async move {
                         while Instant::now() < stop_at {
@@ -141,12 +162,20 @@ async fn main() -> Result {
             (rate, cpu)
         })
         .collect();
-    for (ours, bare, socket) in [(0, 1, "TCP_NODELAY"), (2, 3, "Nagle")] {
+    for (ours, bare, against) in [
+        (0, 1, "TCP_NODELAY  multilock ÷ bare connection"),
+        (2, 3, "Nagle        multilock ÷ bare connection"),
+        (
+            2,
+            CRATE_SCRIPTS,
+            "Nagle        multilock ÷ its scripts, bare",
+        ),
+    ] {
         if runs[ours].is_empty() || runs[bare].is_empty() {
             continue;
         }
         println!(
-            "{socket:<12} multilock ÷ bare connection: throughput {:.2}×, client CPU {:.2}×",
+            "{against}: throughput {:.2}×, client CPU {:.2}×",
             medians[ours].0 / medians[bare].0,
             medians[ours].1 / medians[bare].1
         );
@@ -183,6 +212,17 @@ async fn redisson_lock_unlock(conn: &MultiplexedConnection, name: &str, field: &
     delete.set_no_response(true);
     delete.exec_async(&mut conn.clone()).await?;
     Ok(())
+}
+
+/// Busy work on this thread for `time`, as a client path's own code is.
+fn spin(time: Duration) {
+    if time.is_zero() {
+        return;
+    }
+    let started = Instant::now();
+    while started.elapsed() < time {
+        std::hint::spin_loop();
+    }
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {
