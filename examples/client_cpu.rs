@@ -98,18 +98,7 @@ async fn main() -> Result {
             for i in 0..TASKS {
                 let name = format!("client-cpu:{round}:{who}:{i}");
                 let done = done.clone();
-                if who == CRATE_SCRIPTS {
-                    let mut conn = bare[1].clone();
-                    tasks.spawn(async move {
-                        let field = format!("{}:bare", uuid::Uuid::new_v4());
-                        while Instant::now() < stop_at {
-                            bare_lock_unlock(&mut conn, &name, &field, LEASE).await?;
-                            spin(busy_work);
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Result::Ok(())
-                    });
-                } else if who.is_multiple_of(2) {
+                if who.is_multiple_of(2) && who != CRATE_SCRIPTS {
                     let lock = client.lock(&nodes[who / 2], name)?;
                     tasks.spawn(async move {
                         while Instant::now() < stop_at {
@@ -119,11 +108,19 @@ async fn main() -> Result {
                         Result::Ok(())
                     });
                 } else {
-                    let conn = bare[who / 2].clone();
+                    // A bare connection: Redisson's protocol on either
+                    // socket, or this crate's scripts under Nagle's.
+                    let own_scripts = who == CRATE_SCRIPTS;
+                    let mut conn = bare[if own_scripts { 1 } else { who / 2 }].clone();
                     tasks.spawn(async move {
                         let field = format!("{}:bare", uuid::Uuid::new_v4());
                         while Instant::now() < stop_at {
-                            redisson_lock_unlock(&conn, &name, &field).await?;
+                            if own_scripts {
+                                bare_lock_unlock(&mut conn, &name, &field, LEASE).await?;
+                                spin(busy_work);
+                            } else {
+                                redisson_lock_unlock(&conn, &name, &field).await?;
+                            }
                             done.fetch_add(1, Ordering::Relaxed);
                         }
                         Result::Ok(())
