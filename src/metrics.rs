@@ -53,22 +53,106 @@ pub(crate) enum AttemptOutcome {
 
 #[cfg(feature = "metrics")]
 mod recorded {
+    use std::sync::Arc;
+
+    use metrics::{Key, Label, Level, Metadata};
+
     use super::*;
 
-    pub(crate) fn attempt(kind: Kind, node: &str, outcome: AttemptOutcome) {
-        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
-        metrics::counter!("multilock_attempts_total", &labels).increment(1);
-        match outcome {
-            AttemptOutcome::Granted => {
-                metrics::counter!("multilock_grants_total", &labels).increment(1)
+    /// What the crate's metrics tell the recorder about where they come
+    /// from, as the facade's macros do.
+    static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// One lock's metrics, labelled with its kind and node: their keys are
+    /// made once, with the lock, and every event hands the recorder a key
+    /// it already has. Made per event, the labels' strings and the key's
+    /// hash were about a tenth of an uncontended lock+unlock's client CPU
+    /// (BENCHMARKS.md). The recorder is still asked at every event, so one
+    /// installed after the lock was made gets them too.
+    #[derive(Clone)]
+    pub(crate) struct LockMetrics {
+        kind: Kind,
+        keys: Arc<LockKeys>,
+    }
+
+    struct LockKeys {
+        attempts: Key,
+        grants: Key,
+        contended: Key,
+        releases: Key,
+        held: Key,
+        acquire_seconds: Key,
+        wait_seconds: Key,
+    }
+
+    impl LockMetrics {
+        pub(crate) fn new(kind: Kind, node: &str) -> LockMetrics {
+            let key = |name: &'static str| {
+                let labels = vec![
+                    Label::new("kind", kind),
+                    Label::new("node", node.to_owned()),
+                ];
+                Key::from_parts(name, labels)
+            };
+            LockMetrics {
+                kind,
+                keys: Arc::new(LockKeys {
+                    attempts: key("multilock_attempts_total"),
+                    grants: key("multilock_grants_total"),
+                    contended: key("multilock_contended_attempts_total"),
+                    releases: key("multilock_releases_total"),
+                    held: key("multilock_held"),
+                    acquire_seconds: key("multilock_acquire_seconds"),
+                    wait_seconds: key("multilock_wait_seconds"),
+                }),
             }
-            AttemptOutcome::Taken => {
-                metrics::counter!("multilock_contended_attempts_total", &labels).increment(1)
+        }
+
+        /// The `kind` label.
+        pub(crate) fn kind(&self) -> Kind {
+            self.kind
+        }
+
+        /// An acquire request sent to the node, and its outcome.
+        pub(crate) fn attempt(&self, outcome: AttemptOutcome) {
+            let keys = &self.keys;
+            count(&keys.attempts);
+            match outcome {
+                AttemptOutcome::Granted => count(&keys.grants),
+                AttemptOutcome::Taken => count(&keys.contended),
+                AttemptOutcome::Failed => {}
             }
-            AttemptOutcome::Failed => {}
+        }
+
+        /// An acquire that got the lock: how long it took, and of that how
+        /// long it waited for someone else's hold.
+        pub(crate) fn acquired(&self, took: Duration, waited: Option<Duration>) {
+            let histogram = |key| metrics::with_recorder(|r| r.register_histogram(key, &METADATA));
+            histogram(&self.keys.acquire_seconds).record(took.as_secs_f64());
+            if let Some(waited) = waited {
+                histogram(&self.keys.wait_seconds).record(waited.as_secs_f64());
+            }
+        }
+
+        /// Holds of this process on the node: `change` more.
+        pub(crate) fn held(&self, change: f64) {
+            metrics::with_recorder(|r| r.register_gauge(&self.keys.held, &METADATA))
+                .increment(change);
+        }
+
+        /// A release sent.
+        pub(crate) fn released(&self) {
+            count(&self.keys.releases);
         }
     }
 
+    fn count(key: &Key) {
+        metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
+    }
+
+    /// A multi-node acquire that got the lock (a single-node lock's:
+    /// [`LockMetrics::acquired`]).
     pub(crate) fn acquired(
         kind: Kind,
         node: Option<&str>,
@@ -83,16 +167,6 @@ mod recorded {
         if let Some(waited) = waited {
             metrics::histogram!("multilock_wait_seconds", &labels).record(waited.as_secs_f64());
         }
-    }
-
-    pub(crate) fn held(kind: Kind, node: &str, change: f64) {
-        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
-        metrics::gauge!("multilock_held", &labels).increment(change);
-    }
-
-    pub(crate) fn released(kind: Kind, node: &str) {
-        let labels = [("kind", kind.to_owned()), ("node", node.to_owned())];
-        metrics::counter!("multilock_releases_total", &labels).increment(1);
     }
 
     pub(crate) fn hold_warning(kind: Kind, node: Option<&str>) {
@@ -138,10 +212,26 @@ mod recorded {
 mod recorded {
     use super::*;
 
-    pub(crate) fn attempt(_: Kind, _: &str, _: AttemptOutcome) {}
+    /// One lock's metrics: its kind, and nothing to record.
+    #[derive(Clone)]
+    pub(crate) struct LockMetrics {
+        kind: Kind,
+    }
+
+    impl LockMetrics {
+        pub(crate) fn new(kind: Kind, _: &str) -> LockMetrics {
+            LockMetrics { kind }
+        }
+        pub(crate) fn kind(&self) -> Kind {
+            self.kind
+        }
+        pub(crate) fn attempt(&self, _: AttemptOutcome) {}
+        pub(crate) fn acquired(&self, _: Duration, _: Option<Duration>) {}
+        pub(crate) fn held(&self, _: f64) {}
+        pub(crate) fn released(&self) {}
+    }
+
     pub(crate) fn acquired(_: Kind, _: Option<&str>, _: Duration, _: Option<Duration>) {}
-    pub(crate) fn held(_: Kind, _: &str, _: f64) {}
-    pub(crate) fn released(_: Kind, _: &str) {}
     pub(crate) fn hold_warning(_: Kind, _: Option<&str>) {}
     pub(crate) fn renewal(_: &str) {}
     pub(crate) fn lost_hold(_: &str) {}

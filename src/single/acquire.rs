@@ -116,12 +116,7 @@ impl Lock {
                 Ok(Some(_)) => {
                     tracing::debug!(elapsed_us, "acquired");
                     let waited = first_taken.map(|at: Instant| at.elapsed());
-                    metrics::acquired(
-                        self.inner.kind,
-                        Some(self.inner.node.addr()),
-                        elapsed,
-                        waited,
-                    );
+                    self.inner.metrics.acquired(elapsed, waited);
                 }
                 Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),
@@ -307,7 +302,7 @@ impl Lock {
             _ => Some(metrics::AttemptOutcome::Failed),
         };
         if let Some(outcome) = outcome {
-            metrics::attempt(self.inner.kind, self.inner.node.addr(), outcome);
+            self.inner.metrics.attempt(outcome);
         }
         match sent.reply {
             Ok(Acquired::Granted(grant))
@@ -403,6 +398,10 @@ impl Lock {
     async fn rollbacks_answered(&self, field: &str) -> Result<()> {
         let node = &self.inner.node;
         node.refuse_if_suspect().await?;
+        // Nearly always: no timer to set.
+        if self.inner.core.watchdogs.none_unanswered() {
+            return Ok(());
+        }
         let answered =
             self.inner
                 .core

@@ -14,7 +14,6 @@ use tracing::Instrument;
 use super::Lock;
 use crate::error::{Error, Result};
 use crate::finish_on_drop::{FinishOnDrop, KeepWhileAbandoned};
-use crate::metrics;
 use crate::node::Conn;
 use crate::protocol::{self, Call, Released};
 use crate::timing;
@@ -44,7 +43,7 @@ impl HeldPart {
         registration: Registration,
         token: Option<u64>,
     ) -> Self {
-        metrics::held(lock.kind(), lock.node().addr(), 1.0);
+        lock.metrics().held(1.0);
         HeldPart {
             lock,
             field,
@@ -103,7 +102,7 @@ impl HeldPart {
     fn release_job(&mut self) -> impl Future<Output = Result<Released>> + Send + 'static + use<> {
         let registration = self.registration.take();
         if registration.is_some() {
-            metrics::held(self.lock.kind(), self.node_addr(), -1.0);
+            self.lock.metrics().held(-1.0);
         }
         // A hold that is over (gone, or its key's TTL surely ran out) sends
         // nothing: its field, if present, belongs to a later hold of the
@@ -120,7 +119,7 @@ impl HeldPart {
             if let Some(watchdog) = watchdog {
                 watchdog.quiesce().await;
             }
-            metrics::released(lock.kind(), lock.node().addr());
+            lock.metrics().released();
             lock.release_hold(&field, &hold_id).await
         }
     }

@@ -104,9 +104,9 @@ struct LockInner {
     max_hold: Option<Duration>,
     /// How long a guard may be held before the crate warns (`None`: never).
     hold_warning: Option<Duration>,
-    /// What its metrics call it: a lock of its own, or a part of which
+    /// Its metrics, whose `kind` is a lock of its own, or a part of which
     /// quorum lock.
-    kind: metrics::Kind,
+    metrics: metrics::LockMetrics,
     /// Replicas that must acknowledge a grant, and how long to wait for them.
     replica_sync: Option<(u32, Duration)>,
     /// Which of Redisson's locks this is.
@@ -122,6 +122,7 @@ impl Lock {
             return Err(Error::invalid("lock name must not be empty"));
         }
         let keys = node.lock_keys(&name)?;
+        let metrics = metrics::LockMetrics::new(metrics::SINGLE, node.addr());
         Ok(Lock {
             inner: Arc::new(LockInner {
                 core,
@@ -131,7 +132,7 @@ impl Lock {
                 fencing: Fencing::Off,
                 max_hold,
                 hold_warning,
-                kind: metrics::SINGLE,
+                metrics,
                 replica_sync: None,
                 family: kind::Family::Reentrant,
                 watchdog: KeptWatchdog::default(),
@@ -453,12 +454,17 @@ impl Lock {
     /// This lock as a part of a multi-node lock of `kind`, as its metrics
     /// say.
     pub(crate) fn as_part_of(&self, kind: metrics::Kind) -> Lock {
-        self.rebuilt(|inner| inner.kind = kind)
+        self.rebuilt(|inner| inner.metrics = metrics::LockMetrics::new(kind, inner.node.addr()))
     }
 
     /// The kind its metrics give it.
     pub(crate) fn kind(&self) -> metrics::Kind {
-        self.inner.kind
+        self.inner.metrics.kind()
+    }
+
+    /// Its metrics.
+    pub(crate) fn metrics(&self) -> &metrics::LockMetrics {
+        &self.inner.metrics
     }
 
     /// This lock as a part of a fenced multi-node lock: its grants INCR the

@@ -400,7 +400,7 @@ impl Watchdogs {
     ///
     /// Cancel safe: it only waits.
     pub(crate) async fn rollbacks_answered(&self, node: &Node, key: &str, field: &str) {
-        if self.unanswered.load(Ordering::Acquire) == 0 {
+        if self.none_unanswered() {
             return;
         }
         let Some(dog) = self
@@ -429,6 +429,13 @@ impl Watchdogs {
             }
             answered.await;
         }
+    }
+
+    /// Whether no rollback of this client is waiting for its answer, on
+    /// any node: then [`Watchdogs::rollbacks_answered`] has nothing to wait
+    /// for, and a caller can skip its timer.
+    pub(crate) fn none_unanswered(&self) -> bool {
+        self.unanswered.load(Ordering::Acquire) == 0
     }
 
     /// Nodes with a watchdog (holds or a running timer), for tests.

@@ -26,29 +26,48 @@ fn snapshotter() -> &'static Snapshotter {
 /// What was recorded for `node` (other tests' nodes left out), by metric
 /// name and labels other than `node`.
 fn recorded_for(node: &str) -> HashMap<String, DebugValue> {
-    snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
-            key.key()
-                .labels()
-                .any(|l| l.key() == "node" && l.value() == node)
-        })
-        .map(|(key, _, _, value)| {
-            let mut labels: Vec<String> = key
-                .key()
-                .labels()
-                .filter(|l| l.key() != "node")
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            labels.sort();
-            (
-                format!("{}{{{}}}", key.key().name(), labels.join(",")),
-                value,
-            )
+    recorded_for_each(&[node]).pop().unwrap()
+}
+
+/// [`recorded_for`] each of `nodes`, from one snapshot (a snapshot drains
+/// what it read).
+fn recorded_for_each(nodes: &[&str]) -> Vec<HashMap<String, DebugValue>> {
+    let snapshot = snapshotter().snapshot().into_vec();
+    nodes
+        .iter()
+        .map(|node| {
+            snapshot
+                .iter()
+                .filter(|(key, ..)| {
+                    key.key()
+                        .labels()
+                        .any(|l| l.key() == "node" && l.value() == *node)
+                })
+                .map(|(key, _, _, value)| {
+                    let mut labels: Vec<String> = key
+                        .key()
+                        .labels()
+                        .filter(|l| l.key() != "node")
+                        .map(|l| format!("{}={}", l.key(), l.value()))
+                        .collect();
+                    labels.sort();
+                    (
+                        format!("{}{{{}}}", key.key().name(), labels.join(",")),
+                        copied(value),
+                    )
+                })
+                .collect()
         })
         .collect()
+}
+
+/// A copy of what a snapshot read (`DebugValue` is not `Clone`).
+fn copied(value: &DebugValue) -> DebugValue {
+    match value {
+        DebugValue::Counter(n) => DebugValue::Counter(*n),
+        DebugValue::Gauge(g) => DebugValue::Gauge(*g),
+        DebugValue::Histogram(samples) => DebugValue::Histogram(samples.clone()),
+    }
 }
 
 /// Held by each test here: a snapshot drains every counter and gauge of
@@ -175,6 +194,64 @@ async fn a_scripted_sequence_is_recorded() {
         // Only B waited.
         Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 1, "{samples:?}"),
         other => panic!("wait time: {other:?}"),
+    }
+}
+
+/// A RedLock's parts count under `kind=red_lock`, each with its node, and
+/// a lock of its own on the same node still under `kind=lock`: a part's
+/// metrics are its quorum lock's, not those of the lock it was made from.
+#[tokio::test]
+async fn a_red_lock_counts_its_parts_under_its_own_kind() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    snapshotter();
+    let servers = servers(3).await;
+    let nodes: Vec<_> = servers.iter().map(node).collect();
+    let client = client();
+    let alone = client.lock(&nodes[0], "metered-alone").unwrap();
+    let red = client
+        .red_lock(
+            nodes
+                .iter()
+                .map(|node| client.lock(node, "metered-red").unwrap())
+                .collect(),
+        )
+        .unwrap();
+    red.lock_with_lease(PATIENCE)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    alone
+        .lock_with_lease(PATIENCE)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    let addrs: Vec<String> = servers.iter().map(addr).collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    for (at, recorded) in recorded_for_each(&addrs).into_iter().enumerate() {
+        let kinds = if at == 0 {
+            ["red_lock", "lock"].as_slice()
+        } else {
+            &["red_lock"]
+        };
+        for kind in kinds {
+            for metric in ["attempts", "grants", "releases"] {
+                let name = format!("multilock_{metric}_total{{kind={kind}}}");
+                assert_eq!(counter(&recorded, &name), 1, "{name}: {recorded:#?}");
+            }
+            assert_eq!(
+                recorded.get(&format!("multilock_held{{kind={kind}}}")),
+                Some(&DebugValue::Gauge(0.0.into())),
+                "{recorded:#?}"
+            );
+        }
+        if at > 0 {
+            assert_eq!(counter(&recorded, "multilock_attempts_total{kind=lock}"), 0);
+        }
     }
 }
 
