@@ -563,10 +563,12 @@ impl NodeWatchdog {
         let mut entries = self.entries.lock().unwrap();
         // A record of a guessing rollback matters for grants in flight when
         // it was sent; past the rollback window there are none.
-        let now = Instant::now();
-        entries
-            .guessing
-            .retain(|(_, at)| now.saturating_duration_since(*at) < timing::ROLLBACK_WINDOW);
+        if !entries.guessing.is_empty() {
+            let now = Instant::now();
+            entries
+                .guessing
+                .retain(|(_, at)| now.saturating_duration_since(*at) < timing::ROLLBACK_WINDOW);
+        }
         if entries.by_lock.is_empty()
             && !entries.timer_runs()
             && entries.guessing.is_empty()
