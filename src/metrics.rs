@@ -64,8 +64,9 @@ mod recorded {
     static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-    /// One lock's metrics, labelled with its kind and node: their keys are
-    /// made once, with the lock, and every event hands the recorder a key
+    /// One lock's metrics, labelled with its kind and node (a multi-node
+    /// lock's, which records only its acquisitions, has no node): their
+    /// keys are made once, with the lock, and every event hands the recorder a key
     /// it already has. Made per event, the labels' strings and the key's
     /// hash were about a tenth of an uncontended lock+unlock's client CPU
     /// (BENCHMARKS.md). The recorder is still asked at every event, so one
@@ -87,12 +88,12 @@ mod recorded {
     }
 
     impl LockMetrics {
-        pub(crate) fn new(kind: Kind, node: &str) -> LockMetrics {
+        pub(crate) fn new(kind: Kind, node: Option<&str>) -> LockMetrics {
             let key = |name: &'static str| {
-                let labels = vec![
-                    Label::new("kind", kind),
-                    Label::new("node", node.to_owned()),
-                ];
+                let mut labels = vec![Label::new("kind", kind)];
+                if let Some(node) = node {
+                    labels.push(Label::new("node", node.to_owned()));
+                }
                 Key::from_parts(name, labels)
             };
             LockMetrics {
@@ -151,24 +152,6 @@ mod recorded {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
     }
 
-    /// A multi-node acquire that got the lock (a single-node lock's:
-    /// [`LockMetrics::acquired`]).
-    pub(crate) fn acquired(
-        kind: Kind,
-        node: Option<&str>,
-        took: Duration,
-        waited: Option<Duration>,
-    ) {
-        let mut labels = vec![("kind", kind.to_owned())];
-        if let Some(node) = node {
-            labels.push(("node", node.to_owned()));
-        }
-        metrics::histogram!("multilock_acquire_seconds", &labels).record(took.as_secs_f64());
-        if let Some(waited) = waited {
-            metrics::histogram!("multilock_wait_seconds", &labels).record(waited.as_secs_f64());
-        }
-    }
-
     pub(crate) fn hold_warning(kind: Kind, node: Option<&str>) {
         let mut labels = vec![("kind", kind.to_owned())];
         if let Some(node) = node {
@@ -219,7 +202,7 @@ mod recorded {
     }
 
     impl LockMetrics {
-        pub(crate) fn new(kind: Kind, _: &str) -> LockMetrics {
+        pub(crate) fn new(kind: Kind, _: Option<&str>) -> LockMetrics {
             LockMetrics { kind }
         }
         pub(crate) fn kind(&self) -> Kind {
@@ -231,7 +214,6 @@ mod recorded {
         pub(crate) fn released(&self) {}
     }
 
-    pub(crate) fn acquired(_: Kind, _: Option<&str>, _: Duration, _: Option<Duration>) {}
     pub(crate) fn hold_warning(_: Kind, _: Option<&str>) {}
     pub(crate) fn renewal(_: &str) {}
     pub(crate) fn lost_hold(_: &str) {}

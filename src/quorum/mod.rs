@@ -21,6 +21,7 @@ pub use policy::{All, Majority, QuorumPolicy};
 
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::metrics;
 use crate::owner::Owner;
 use crate::single::{Lock, QueueSeats};
 use crate::timing::{check_hold_warning, check_lease};
@@ -55,6 +56,8 @@ pub struct QuorumLock<P: QuorumPolicy> {
     /// When its servers were last found independent: the sum of their
     /// `run_id` change counts then, plus one (0: not yet).
     independent_at: Arc<AtomicU64>,
+    /// Its acquisitions' metrics.
+    metrics: metrics::LockMetrics,
     policy: PhantomData<fn() -> P>,
 }
 
@@ -177,6 +180,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             hold_warning,
             pace: Arc::default(),
             independent_at: Arc::default(),
+            metrics: metrics::LockMetrics::new(P::LABEL, None),
             policy: PhantomData,
         })
     }
@@ -520,6 +524,7 @@ impl<P: QuorumPolicy> Clone for QuorumLock<P> {
             hold_warning: self.hold_warning,
             pace: self.pace.clone(),
             independent_at: self.independent_at.clone(),
+            metrics: self.metrics.clone(),
             policy: PhantomData,
         }
     }

@@ -27,7 +27,6 @@ use super::{QuorumLock, QuorumPolicy};
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailable};
 use crate::guard::{Guard, Shape};
 use crate::late_parts::LateParts;
-use crate::metrics;
 use crate::node::{Lane, Node};
 use crate::owner::Owner;
 use crate::single::{Attempt, HeldPart, Lock, QueueSeats};
@@ -91,7 +90,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                 Ok(Some(guard)) => {
                     tracing::debug!(elapsed_us, held = ?guard.nodes(), "acquired");
                     let waited = first_lost.map(|at: Instant| at.elapsed());
-                    metrics::acquired(P::LABEL, None, elapsed, waited);
+                    self.metrics.acquired(elapsed, waited);
                 }
                 Ok(None) => tracing::debug!(elapsed_us, "not acquired within the wait"),
                 Err(err) => tracing::debug!(elapsed_us, error = %err, "acquire failed"),

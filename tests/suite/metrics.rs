@@ -26,12 +26,12 @@ fn snapshotter() -> &'static Snapshotter {
 /// What was recorded for `node` (other tests' nodes left out), by metric
 /// name and labels other than `node`.
 fn recorded_for(node: &str) -> HashMap<String, DebugValue> {
-    recorded_for_each(&[node]).pop().unwrap()
+    recorded_for_each(&[Some(node)]).pop().unwrap()
 }
 
 /// [`recorded_for`] each of `nodes`, from one snapshot (a snapshot drains
-/// what it read).
-fn recorded_for_each(nodes: &[&str]) -> Vec<HashMap<String, DebugValue>> {
+/// what it read); `None`: what has no `node` label.
+fn recorded_for_each(nodes: &[Option<&str>]) -> Vec<HashMap<String, DebugValue>> {
     let snapshot = snapshotter().snapshot().into_vec();
     nodes
         .iter()
@@ -41,7 +41,9 @@ fn recorded_for_each(nodes: &[&str]) -> Vec<HashMap<String, DebugValue>> {
                 .filter(|(key, ..)| {
                     key.key()
                         .labels()
-                        .any(|l| l.key() == "node" && l.value() == *node)
+                        .find(|l| l.key() == "node")
+                        .map(|l| l.value())
+                        == *node
                 })
                 .map(|(key, _, _, value)| {
                     let mut labels: Vec<String> = key
@@ -197,7 +199,8 @@ async fn a_scripted_sequence_is_recorded() {
     }
 }
 
-/// A RedLock's parts count under `kind=red_lock`, each with its node, and
+/// A RedLock's parts count under `kind=red_lock`, each with its node (its
+/// acquisition under no node), and
 /// a lock of its own on the same node still under `kind=lock`: a part's
 /// metrics are its quorum lock's, not those of the lock it was made from.
 #[tokio::test]
@@ -231,8 +234,16 @@ async fn a_red_lock_counts_its_parts_under_its_own_kind() {
         .unwrap();
 
     let addrs: Vec<String> = servers.iter().map(addr).collect();
-    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    for (at, recorded) in recorded_for_each(&addrs).into_iter().enumerate() {
+    let mut nodes: Vec<Option<&str>> = addrs.iter().map(|a| Some(a.as_str())).collect();
+    nodes.push(None);
+    let mut recorded = recorded_for_each(&nodes);
+    // The RedLock's acquisition has no one node.
+    let without_node = recorded.pop().unwrap();
+    match without_node.get("multilock_acquire_seconds{kind=red_lock}") {
+        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 1, "{samples:?}"),
+        other => panic!("the RedLock's acquire latency: {other:?}"),
+    }
+    for (at, recorded) in recorded.into_iter().enumerate() {
         let kinds = if at == 0 {
             ["red_lock", "lock"].as_slice()
         } else {
