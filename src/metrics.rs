@@ -66,8 +66,8 @@ mod recorded {
 
     /// One lock's metrics, labelled with its kind and node (a multi-node
     /// lock's, which records only its acquisitions, has no node): their
-    /// keys are made once, with the lock, and every event hands the recorder a key
-    /// it already has. Made per event, the labels' strings and the key's
+    /// keys are made once per node and kind ([`KeyCache`]), and every
+    /// event hands the recorder a key it already has. Made per event, the labels' strings and the key's
     /// hash were about a tenth of an uncontended lock+unlock's client CPU
     /// (BENCHMARKS.md). The recorder is still asked at every event, so one
     /// installed after the lock was made gets them too.
@@ -88,7 +88,7 @@ mod recorded {
     }
 
     impl LockMetrics {
-        pub(crate) fn new(kind: Kind, node: Option<&str>) -> LockMetrics {
+        fn new(kind: Kind, node: Option<&str>) -> LockMetrics {
             let key = |name: &'static str| {
                 let mut labels = vec![Label::new("kind", kind)];
                 if let Some(node) = node {
@@ -148,6 +148,27 @@ mod recorded {
         }
     }
 
+    /// The metrics of the locks of one node (or of the multi-node locks),
+    /// by kind: made once per node and kind, so a lock made for each
+    /// operation finds its keys made already. Bounded by the kinds: one
+    /// per quorum policy, and `lock`.
+    #[derive(Default)]
+    pub(crate) struct KeyCache(std::sync::Mutex<Vec<LockMetrics>>);
+
+    impl KeyCache {
+        /// The metrics of a lock of `kind` on `node` (`None`: a multi-node
+        /// lock's), from this cache.
+        pub(crate) fn lock_metrics(&self, kind: Kind, node: Option<&str>) -> LockMetrics {
+            let mut known = self.0.lock().unwrap();
+            if let Some(metrics) = known.iter().find(|m| m.kind == kind) {
+                return metrics.clone();
+            }
+            let metrics = LockMetrics::new(kind, node);
+            known.push(metrics.clone());
+            metrics
+        }
+    }
+
     fn count(key: &Key) {
         metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
     }
@@ -201,10 +222,17 @@ mod recorded {
         kind: Kind,
     }
 
-    impl LockMetrics {
-        pub(crate) fn new(kind: Kind, _: Option<&str>) -> LockMetrics {
+    /// Nothing to keep.
+    #[derive(Default)]
+    pub(crate) struct KeyCache;
+
+    impl KeyCache {
+        pub(crate) fn lock_metrics(&self, kind: Kind, _: Option<&str>) -> LockMetrics {
             LockMetrics { kind }
         }
+    }
+
+    impl LockMetrics {
         pub(crate) fn kind(&self) -> Kind {
             self.kind
         }

@@ -316,6 +316,7 @@ impl Node {
                 response_timeout: settings.response_timeout,
                 target,
                 spent_latches: std::sync::Mutex::new(Vec::new()),
+                metric_keys: Default::default(),
             }),
         }
     }

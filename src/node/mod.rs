@@ -124,6 +124,8 @@ struct NodeInner {
     /// Unlock latches of releases whose replies came, for the next release
     /// on this node to delete (see `protocol::release`).
     spent_latches: std::sync::Mutex<Vec<String>>,
+    /// The metrics of its locks, by kind.
+    metric_keys: crate::metrics::KeyCache,
 }
 
 /// The most spent latches one release deletes, and the most kept waiting:
@@ -135,6 +137,13 @@ impl Node {
     /// The node's address, `host:port`, as shown in errors and logs.
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// The metrics of a lock of `kind` on this node.
+    pub(crate) fn lock_metrics(&self, kind: crate::metrics::Kind) -> crate::metrics::LockMetrics {
+        self.inner
+            .metric_keys
+            .lock_metrics(kind, Some(&self.inner.addr))
     }
 
     /// Hands over the unlock latch of a release whose reply came: no retry

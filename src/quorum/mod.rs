@@ -61,6 +61,10 @@ pub struct QuorumLock<P: QuorumPolicy> {
     policy: PhantomData<fn() -> P>,
 }
 
+/// The metrics of multi-node locks, by kind.
+static MULTI_NODE_METRICS: std::sync::LazyLock<metrics::KeyCache> =
+    std::sync::LazyLock::new(metrics::KeyCache::default);
+
 /// A lock that every one of its locks must grant.
 ///
 /// Safe across independent masters (no failover can hand the lock to two
@@ -180,7 +184,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
             hold_warning,
             pace: Arc::default(),
             independent_at: Arc::default(),
-            metrics: metrics::LockMetrics::new(P::LABEL, None),
+            metrics: MULTI_NODE_METRICS.lock_metrics(P::LABEL, None),
             policy: PhantomData,
         })
     }

@@ -122,7 +122,7 @@ impl Lock {
             return Err(Error::invalid("lock name must not be empty"));
         }
         let keys = node.lock_keys(&name)?;
-        let metrics = metrics::LockMetrics::new(metrics::SINGLE, Some(node.addr()));
+        let metrics = node.lock_metrics(metrics::SINGLE);
         Ok(Lock {
             inner: Arc::new(LockInner {
                 core,
@@ -454,9 +454,7 @@ impl Lock {
     /// This lock as a part of a multi-node lock of `kind`, as its metrics
     /// say.
     pub(crate) fn as_part_of(&self, kind: metrics::Kind) -> Lock {
-        self.rebuilt(|inner| {
-            inner.metrics = metrics::LockMetrics::new(kind, Some(inner.node.addr()))
-        })
+        self.rebuilt(|inner| inner.metrics = inner.node.lock_metrics(kind))
     }
 
     /// The kind its metrics give it.
