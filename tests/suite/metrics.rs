@@ -200,9 +200,9 @@ async fn a_scripted_sequence_is_recorded() {
 }
 
 /// A RedLock's parts count under `kind=red_lock`, each with its node (its
-/// acquisition under no node), and
-/// a lock of its own on the same node still under `kind=lock`: a part's
-/// metrics are its quorum lock's, not those of the lock it was made from.
+/// acquisition under no node), and a lock of its own on the same node
+/// still under `kind=lock`: a part's metrics are its quorum lock's, not
+/// those of the lock it was made from.
 #[tokio::test]
 async fn a_red_lock_counts_its_parts_under_its_own_kind() {
     let _alone = ONE_AT_A_TIME.lock().await;
@@ -237,13 +237,18 @@ async fn a_red_lock_counts_its_parts_under_its_own_kind() {
     let mut nodes: Vec<Option<&str>> = addrs.iter().map(|a| Some(a.as_str())).collect();
     nodes.push(None);
     let mut recorded = recorded_for_each(&nodes);
-    // The RedLock's acquisition has no one node.
+    // The RedLock's acquisition has no one node. (Other tests of this
+    // process may record RedLock acquisitions too: at least this one.)
     let without_node = recorded.pop().unwrap();
     match without_node.get("multilock_acquire_seconds{kind=red_lock}") {
-        Some(DebugValue::Histogram(samples)) => assert_eq!(samples.len(), 1, "{samples:?}"),
+        Some(DebugValue::Histogram(samples)) => assert!(!samples.is_empty()),
         other => panic!("the RedLock's acquire latency: {other:?}"),
     }
     for (at, recorded) in recorded.into_iter().enumerate() {
+        assert!(
+            !recorded.contains_key("multilock_acquire_seconds{kind=red_lock}"),
+            "a RedLock's acquisition is no node's: {recorded:#?}"
+        );
         let kinds = if at == 0 {
             ["red_lock", "lock"].as_slice()
         } else {
