@@ -198,12 +198,18 @@ pub async fn run_id(url: &str) -> String {
 /// Field `field` of section `section` of `INFO` on the server at `url`
 /// (empty when it does not report it).
 pub async fn info_field(url: &str, section: &str, field: &str) -> String {
-    let info: String = run(url, redis::cmd("INFO").arg(section)).await.unwrap();
-    info.lines()
+    try_info_field(url, section, field).await.unwrap()
+}
+
+/// [`info_field`], or why `INFO` got no answer: for a server that may cut
+/// its clients meanwhile (a Sentinel demoting a primary kills them).
+pub async fn try_info_field(url: &str, section: &str, field: &str) -> redis::RedisResult<String> {
+    let info: String = run(url, redis::cmd("INFO").arg(section)).await?;
+    let value = info
+        .lines()
         .find_map(|line| line.strip_prefix(&format!("{field}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
+        .unwrap_or_default();
+    Ok(value.trim().to_owned())
 }
 
 /// Whether the server at `url` has sharded pub/sub (Redis 7+; Valkey says

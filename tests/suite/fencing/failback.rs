@@ -181,18 +181,23 @@ async fn a_sentinel_failback_hands_out_no_token_twice() {
     group.unpause(GroupMember::Data(2)).await.unwrap();
     assert_eq!(group.wait_for_failover(0).await.unwrap(), 1);
     group.unpause(GroupMember::Data(0)).await.unwrap();
-    // P is demoted and resyncs from replica 1: the stale counter.
+    // P is demoted and resyncs from replica 1: the stale counter. The
+    // sentinels demote it with `CLIENT KILL TYPE normal`: a read they cut
+    // is asked again.
     eventually(
         Duration::from_secs(60),
         |seen: &String| format!("P not resynced: {seen}"),
         || async {
             let url = group.data_nodes()[0].url();
-            let link = info_field(&url, "replication", "master_link_status").await;
-            let seen = counter(&group.data_nodes()[0], NAME).await;
-            if link == "up" && seen == Some(before) {
-                Ok(())
-            } else {
-                Err(format!("link {link}, counter {seen:?}"))
+            let read = async {
+                let link = try_info_field(&url, "replication", "master_link_status").await?;
+                let get = redis::cmd("GET").arg(protocol::token_key(NAME)).clone();
+                Ok::<_, redis::RedisError>((link, run::<Option<u64>>(&url, &get).await?))
+            };
+            match read.await {
+                Ok((link, seen)) if link == "up" && seen == Some(before) => Ok(()),
+                Ok((link, seen)) => Err(format!("link {link}, counter {seen:?}")),
+                Err(err) => Err(format!("not read: {err}")),
             }
         },
     )
