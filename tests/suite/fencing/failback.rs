@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{counter, mark, replicaof, vouched, wait_synced};
 #[cfg(any(feature = "cluster", feature = "sentinel"))]
-use super::{counter_at, fenced, fenced_grant};
+use super::{counter_at, fenced, fenced_grant, try_counter};
 #[cfg(feature = "cluster")]
 use crate::cluster::{cluster, cluster_node};
 use crate::common::*;
@@ -191,8 +191,7 @@ async fn a_sentinel_failback_hands_out_no_token_twice() {
             let url = group.data_nodes()[0].url();
             let read = async {
                 let link = try_info_field(&url, "replication", "master_link_status").await?;
-                let get = redis::cmd("GET").arg(protocol::token_key(NAME)).clone();
-                Ok::<_, redis::RedisError>((link, run::<Option<u64>>(&url, &get).await?))
+                Ok::<_, redis::RedisError>((link, try_counter(&url, NAME).await?))
             };
             match read.await {
                 Ok((link, seen)) if link == "up" && seen == Some(before) => Ok(()),

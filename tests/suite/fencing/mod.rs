@@ -319,12 +319,13 @@ async fn counter_at(server: &RedisProcess, name: &str) -> u64 {
 
 /// `server`'s counter of `name`, if it has one.
 async fn counter(server: &RedisProcess, name: &str) -> Option<u64> {
-    run(
-        &server.url(),
-        redis::cmd("GET").arg(protocol::token_key(name)),
-    )
-    .await
-    .unwrap()
+    try_counter(&server.url(), name).await.unwrap()
+}
+
+/// [`counter`], or why the server at `url` did not answer: for a server
+/// that may cut its clients meanwhile (a Sentinel demoting a primary).
+async fn try_counter(url: &str, name: &str) -> redis::RedisResult<Option<u64>> {
+    run(url, redis::cmd("GET").arg(protocol::token_key(name))).await
 }
 
 /// Makes `server` a replica of `primary` (which then syncs it at once, not
