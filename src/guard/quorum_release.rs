@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use futures::stream::FuturesUnordered;
 
 use super::never_granted;
 use crate::error::{Error, FailureCause, NodeFailure, QuorumError, Result};
 use crate::node::Node;
+use crate::quorum::fan_out::FanOut;
 use crate::quorum::grace::{FanOutTimer, Next, Pace};
 use crate::single::HeldPart;
 
@@ -34,7 +34,7 @@ pub(super) async fn release_at_quorum(
     // that answer by then need no task of their own to finish in. Each
     // release has its connection's response timeout: no cut-off here.
     let mut timer = FanOutTimer::new(pace, None, node_timeout);
-    let mut releases: FuturesUnordered<_> = parts
+    let mut releases: FanOut<_> = parts
         .into_iter()
         .enumerate()
         .map(|(at, part)| part.release().map(move |result| (at, result)))

@@ -31,8 +31,10 @@
 
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use futures::stream::StreamExt;
 
+use super::fan_out::FanOut;
 use super::grace::{FanOutTimer, Next};
 use super::{QuorumLock, QuorumPolicy};
 use crate::fencing::rules::{self, CounterReport, Settled};
@@ -200,7 +202,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         };
 
         // 3. Check, now that every write of the seal has landed.
-        let mut checks: FuturesUnordered<_> = sealed
+        let mut checks: FanOut<_> = sealed
             .iter()
             .map(|&index| {
                 let lock = &self.locks[index];
@@ -211,6 +213,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
                             .await;
                     counter.ok().and_then(Result::ok).flatten()
                 }
+                .boxed()
             })
             .collect();
         let mut kept = 0;
@@ -247,17 +250,20 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         let book = &self.locks[0].core().fencing;
         // One timer for every node's timeout: they leave together.
         let mut timer = FanOutTimer::new(&self.pace, Some(node_timeout), node_timeout);
-        let mut raises: FuturesUnordered<_> = self
+        let mut raises: FanOut<_> = self
             .locks
             .iter()
             .enumerate()
-            .map(|(index, lock)| async move {
-                let generation = lock.node().generation();
-                let sent_at = tokio::time::Instant::now();
-                let raise =
-                    protocol::raise_token(lock.keys(), minimum, missing, book.counter_expiry);
-                let raised = lock.node().run(lock.lane(), &raise).await;
-                (index, generation, sent_at, raised.ok())
+            .map(|(index, lock)| {
+                async move {
+                    let generation = lock.node().generation();
+                    let sent_at = tokio::time::Instant::now();
+                    let raise =
+                        protocol::raise_token(lock.keys(), minimum, missing, book.counter_expiry);
+                    let raised = lock.node().run(lock.lane(), &raise).await;
+                    (index, generation, sent_at, raised.ok())
+                }
+                .boxed()
             })
             .collect();
         let mut answers = Vec::with_capacity(self.locks.len());

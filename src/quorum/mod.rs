@@ -4,6 +4,7 @@
 //! read top to bottom, and the wait around it); [`policy`] holds the pure
 //! arithmetic of the two policies.
 
+pub(crate) mod fan_out;
 mod fencing;
 pub(crate) mod grace;
 pub(crate) mod policy;

@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::StreamExt;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::fan_out::FanOut;
 use super::grace::{FanOutTimer, Next};
 use super::policy;
 use super::{QuorumLock, QuorumPolicy};
@@ -206,7 +207,7 @@ impl<P: QuorumPolicy> QuorumLock<P> {
         //    suspect node fails at once, sending nothing.
         let mut timer = FanOutTimer::new(&self.pace, Some(node_timeout), node_timeout);
         let started = timer.started();
-        let mut pending: FuturesUnordered<Answer> = locks
+        let mut pending: FanOut<Answer> = locks
             .iter()
             .enumerate()
             .map(|(index, lock)| ask(index, lock.clone(), owner.clone(), lease))
@@ -440,7 +441,7 @@ impl Answered {
 /// round's per-node timeout) are cut off as a round cuts them off: suspect,
 /// their requests finishing in the background (see `Lock::attempt`).
 async fn adopt_late_grants(
-    mut pending: FuturesUnordered<Answer>,
+    mut pending: FanOut<Answer>,
     late: Arc<Mutex<LateParts>>,
     stragglers: Vec<(usize, Node, Lane)>,
     overdue_at: Instant,
