@@ -169,6 +169,13 @@ mod tests {
         }
     }
 
+    /// A task that counts its wake-ups, and its waker.
+    fn counting_task() -> (Arc<CountingTask>, Waker) {
+        let task = Arc::new(CountingTask(AtomicUsize::new(0)));
+        let waker = futures::task::waker(task.clone());
+        (task, waker)
+    }
+
     #[tokio::test]
     async fn answers_come_in_the_order_of_their_replies() {
         let (senders, mut set) = requests(3);
@@ -188,8 +195,7 @@ mod tests {
     #[test]
     fn requests_all_pending_do_not_wake_the_task() {
         let (senders, mut set) = requests(5);
-        let task = Arc::new(CountingTask(AtomicUsize::new(0)));
-        let waker = futures::task::waker(task.clone());
+        let (task, waker) = counting_task();
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut set).poll_next(&mut cx).is_pending());
         assert_eq!(task.0.load(Ordering::SeqCst), 0, "woken with nothing to do");
@@ -209,13 +215,12 @@ mod tests {
         assert_eq!(Pin::new(&mut set).poll_next(&mut cx), Poll::Ready(None));
     }
 
-    /// Replies that came together are all given, one per poll, with no
-    /// wake-up in between.
+    /// Replies that came together are all given, each by the next poll:
+    /// none waits for a wake-up of its own.
     #[test]
     fn replies_that_came_together_are_each_given() {
         let (senders, mut set) = requests(4);
-        let task = Arc::new(CountingTask(AtomicUsize::new(0)));
-        let waker = futures::task::waker(task.clone());
+        let (_, waker) = counting_task();
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut set).poll_next(&mut cx).is_pending());
         for (at, sender) in senders.into_iter().enumerate() {
@@ -234,7 +239,6 @@ mod tests {
     #[tokio::test]
     async fn more_requests_than_bits_are_all_answered() {
         let (senders, mut set) = requests(150);
-        let mut expected: Vec<u32> = (0..150).collect();
         for (at, sender) in senders.into_iter().enumerate().rev() {
             sender.send(at as u32).unwrap();
         }
@@ -243,8 +247,7 @@ mod tests {
             answers.push(answer);
         }
         answers.sort_unstable();
-        expected.sort_unstable();
-        assert_eq!(answers, expected);
+        assert_eq!(answers, (0..150).collect::<Vec<u32>>());
     }
 
     #[test]
