@@ -374,6 +374,38 @@ async fn each_pubsub_mode_publishes_its_way_and_wakes_waiters() {
     }
 }
 
+/// `ShardedPubSub::On` where the servers have no sharded pub/sub (Redis
+/// 6.2): a clear, permanent error at the first request, and nothing
+/// written. Without it the lock would be granted, and its release's
+/// `SPUBLISH` would fail after the script's `DEL`: an unlock reported
+/// failed that released, and waiters that never hear of it. On Redis 7+
+/// there is nothing to refuse (On is checked by the test above); CI runs
+/// the `cluster::` tests on Redis 6.2 too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_pubsub_on_is_refused_by_servers_without_it() {
+    let cluster = cluster().await;
+    if has_sharded_pubsub(&cluster.seed_urls()[0]).await {
+        return;
+    }
+    let node = Node::cluster(cluster.seed_urls())
+        .sharded_pubsub(ShardedPubSub::On)
+        .connect_timeout(NODE_TIMEOUT)
+        .response_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let name = "modes:refused";
+    let lock = client().lock(&node, name).unwrap();
+    let waited = tokio::time::timeout(PATIENCE, lock.lock_with_lease(LONG_LEASE))
+        .await
+        .expect("a permanent error ends the wait at once");
+    let err = waited.expect_err("On needs Redis 7");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(err.is_permanent(), "{err}");
+    assert!(err.to_string().contains("Redis 7"), "{err}");
+    let primary = cluster.primary_for_key(name).await.unwrap();
+    assert!(!exists(&cluster.nodes()[primary].url(), name).await);
+}
+
 /// Connections the cluster's nodes accepted so far (`INFO stats`).
 async fn connections_accepted(cluster: &RedisCluster) -> u64 {
     let mut total = 0;

@@ -62,7 +62,9 @@ pub enum ShardedPubSub {
     /// at the first contact (Redisson's default).
     #[default]
     Auto,
-    /// Always sharded.
+    /// Always sharded. Servers before Redis 7 refuse it: every request
+    /// on the node then fails with a permanent [`Error::InvalidArgument`]
+    /// naming the version, before anything is sent.
     On,
     /// Never: `PUBLISH` / `SUBSCRIBE`, broadcast to every node.
     Off,
@@ -391,7 +393,10 @@ impl ClusterMap {
             }
         }
         let ranges = ballot.tally();
-        let outcome = if !ranges.is_empty() {
+        let outcome = if let Some(refusal) = self.unsupported_mode(ballot.version()) {
+            // Not applied: every request asks again, and hears why.
+            Err(refusal)
+        } else if !ranges.is_empty() {
             self.apply(&ranges, ballot.version());
             self.refreshes.fetch_add(1, Ordering::AcqRel);
             Ok(())
@@ -406,6 +411,21 @@ impl ClusterMap {
             while asks.next().await.is_some() {}
         }
         outcome
+    }
+
+    /// Why the servers cannot serve this node's pub/sub mode, if they
+    /// cannot: `On` where the oldest server that answered (`version`, its
+    /// major) has no sharded pub/sub. A permanent error, before anything is
+    /// sent: a release's `SPUBLISH` would fail after its script's `DEL`.
+    fn unsupported_mode(&self, version: Option<u32>) -> Option<Error> {
+        let major = version.filter(|major| *major < 7)?;
+        (self.mode == ShardedPubSub::On).then(|| {
+            Error::invalid(format!(
+                "{}: ShardedPubSub::On needs Redis 7 or later (SPUBLISH, SSUBSCRIBE); \
+                 the cluster runs Redis {major}: use Auto or Off",
+                self.name
+            ))
+        })
     }
 
     fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {
