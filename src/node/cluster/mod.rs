@@ -50,6 +50,9 @@ use crate::error::{Error, Result, Unavailable};
 /// No primary serves the slot (as far as the map knows).
 const UNSERVED: u16 = u16::MAX;
 
+/// The first Redis major version with sharded pub/sub.
+const SHARDED_PUBSUB_SINCE: u32 = 7;
+
 /// Whether a Cluster node's releases and waiters use sharded pub/sub
 /// (`SPUBLISH` / `SSUBSCRIBE`, Redis 7+) or the classic, cluster-wide kind:
 /// Redisson's `shardedSubscriptionMode`, whose default (`Auto`) Redisson
@@ -418,21 +421,23 @@ impl ClusterMap {
     /// major) has no sharded pub/sub. A permanent error, before anything is
     /// sent: a release's `SPUBLISH` would fail after its script's `DEL`.
     fn unsupported_mode(&self, version: Option<u32>) -> Option<Error> {
-        let major = version.filter(|major| *major < 7)?;
-        (self.mode == ShardedPubSub::On).then(|| {
-            Error::invalid(format!(
-                "{}: ShardedPubSub::On needs Redis 7 or later (SPUBLISH, SSUBSCRIBE); \
-                 the cluster runs Redis {major}: use Auto or Off",
-                self.name
-            ))
-        })
+        if self.mode != ShardedPubSub::On {
+            return None;
+        }
+        let major = version.filter(|major| *major < SHARDED_PUBSUB_SINCE)?;
+        Some(Error::invalid(format!(
+            "{}: ShardedPubSub::On needs Redis {SHARDED_PUBSUB_SINCE} or later (SPUBLISH, \
+             SSUBSCRIBE); the cluster runs Redis {major}: use Auto or Off",
+            self.name
+        )))
     }
 
     fn apply(&self, ranges: &[SlotRange], version: Option<u32>) {
         if self.mode == ShardedPubSub::Auto
             && let Some(major) = version
         {
-            self.sharded.store(major >= 7, Ordering::Relaxed);
+            self.sharded
+                .store(major >= SHARDED_PUBSUB_SINCE, Ordering::Relaxed);
             self.resolved.store(true, Ordering::Relaxed);
         }
         let mut view = self.view.write().unwrap();
