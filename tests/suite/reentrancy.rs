@@ -206,10 +206,16 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     const ROUNDS: usize = 50;
     let server = server().await;
     let node = node(&server);
-    let client = client();
+    // Its key outlives the wait for a background release: only the
+    // release removes it in time.
+    let client = long_lease_client();
     let lock = client.lock(&node, "counter-lock").unwrap();
+    let holds = Holds {
+        client_id: client.id().to_owned(),
+        urls: vec![server.url()],
+    };
     let tasks: Vec<_> = (0..TASKS)
-        .map(|_| spawn_counter_task(lock.clone(), server.url(), ROUNDS, None))
+        .map(|_| spawn_counter_task(lock.clone(), server.url(), ROUNDS, None, holds.clone()))
         .collect();
     for task in tasks {
         task.await.unwrap();

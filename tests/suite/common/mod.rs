@@ -408,11 +408,22 @@ async fn increment_unsafely(conn: &mut redis::aio::MultiplexedConnection) {
 
 /// A task that, `rounds` times, takes `lock` (with `lease`, or under the
 /// watchdog), bumps the counter on `counter_url` unsafely, and releases.
+///
+/// On a loaded machine an unlock may be left unconfirmed, as documented: a
+/// node that timed out once is suspect for a moment, so its release is
+/// not sent at once but in the background, once the node is back, and
+/// the unlock reports `NoQuorum` or `NodeUnavailable`. The lock stays
+/// taken there meanwhile, so the counter still proves exclusion; the task
+/// then waits (at most [`PATIENCE`]) until its hold is gone from every
+/// server of `holds.urls`. Give `lock` a lease longer than that (a
+/// `long_lease_client`'s watchdog), or the TTL would do the work.
+/// `NotHeld` or a permanent error fails the task.
 pub fn spawn_counter_task<L: multilock::DistributedLock>(
     lock: L,
     counter_url: String,
     rounds: usize,
     lease: Option<Duration>,
+    holds: Holds,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut conn = raw(&counter_url).await;
@@ -423,9 +434,49 @@ pub fn spawn_counter_task<L: multilock::DistributedLock>(
             }
             .unwrap();
             increment_unsafely(&mut conn).await;
-            guard.unlock().await.unwrap();
+            let name = guard.name().to_owned();
+            let field = format!("{}:{}", holds.client_id, guard.owner().as_str());
+            match guard.unlock().await {
+                Ok(()) => {}
+                Err(err @ multilock::Error::NotHeld { .. }) => panic!("unlock: {err}"),
+                Err(err) if err.is_permanent() => panic!("unlock: {err}"),
+                Err(err) => holds.wait_until_released(&name, &field, &err).await,
+            }
         }
     })
+}
+
+/// Where a [`spawn_counter_task`]'s holds live: its client's id (the
+/// first part of every hash field it writes) and the servers of the lock.
+#[derive(Clone)]
+pub struct Holds {
+    pub client_id: String,
+    pub urls: Vec<String>,
+}
+
+impl Holds {
+    /// Waits (at most [`PATIENCE`]) until no server holds `field` of
+    /// `name`: a release left to the background after `unconfirmed`.
+    async fn wait_until_released(&self, name: &str, field: &str, unconfirmed: &multilock::Error) {
+        // `poll_until`, not `eventually`: this runs in a spawned task.
+        poll_until(
+            PATIENCE,
+            || format!("unlock left unconfirmed ({unconfirmed}): {field} of {name} still held"),
+            || async {
+                for url in &self.urls {
+                    let held: bool = run(url, redis::cmd("HEXISTS").arg(name).arg(field))
+                        .await
+                        .unwrap();
+                    if held {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}"))
+    }
 }
 
 /// The counter [`spawn_counter_task`] bumps.

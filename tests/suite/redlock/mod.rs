@@ -50,6 +50,14 @@ async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[u
     .await
 }
 
+/// Where the counter tasks of `client` hold their lock: every server.
+fn holds_of(client: &Client, servers: &[RedisProcess]) -> Holds {
+    Holds {
+        client_id: client.id().to_owned(),
+        urls: servers.iter().map(RedisProcess::url).collect(),
+    }
+}
+
 /// The hold count of `field` on each node (`None`: no such field).
 async fn counts_on(servers: &[RedisProcess], key: &str, field: &str) -> Vec<Option<u64>> {
     let mut counts = Vec::new();
@@ -158,7 +166,9 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     let mut tasks = Vec::new();
     // Three clients: three processes in real life.
     for _ in 0..3 {
-        let red = client().red_lock_on(&nodes, NAME).unwrap();
+        let client = client();
+        let red = client.red_lock_on(&nodes, NAME).unwrap();
+        let holds = holds_of(&client, &servers);
         for _ in 0..8 {
             let lease = Some(Duration::from_secs(10));
             tasks.push(spawn_counter_task(
@@ -166,6 +176,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
                 counter_url.clone(),
                 15,
                 lease,
+                holds.clone(),
             ));
         }
     }
@@ -185,13 +196,17 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
     let counter_url = servers[0].url();
     let mut tasks = Vec::new();
     for _ in 0..3 {
-        let multi = client().multi_lock_on(&nodes, NAME).unwrap();
+        // Its keys outlive the wait for a background release.
+        let client = long_lease_client();
+        let multi = client.multi_lock_on(&nodes, NAME).unwrap();
+        let holds = holds_of(&client, &servers);
         for _ in 0..4 {
             tasks.push(spawn_counter_task(
                 multi.clone(),
                 counter_url.clone(),
                 10,
                 None,
+                holds.clone(),
             ));
         }
     }
