@@ -48,6 +48,7 @@ pub use error::{Error, FailureCause, NodeFailure, QuorumError, Result, Unavailab
 pub use guard::Guard;
 #[cfg(feature = "cluster")]
 pub use node::ShardedPubSub;
+pub use node::redact_url;
 pub use node::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT,
     Health, Node, NodeBuilder,

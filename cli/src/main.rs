@@ -153,7 +153,7 @@ fn node_urls(command: &Command) -> Vec<String> {
 fn scrub(message: &str, urls: &[String]) -> String {
     let mut message = message.to_owned();
     for url in urls {
-        message = message.replace(url.as_str(), &target::redact_url(url));
+        message = message.replace(url.as_str(), &multilock::redact_url(url));
         if let Some(secret) = password_of(url) {
             message = message.replace(secret, "***");
         }

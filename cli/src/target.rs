@@ -104,30 +104,3 @@ impl Target {
         })
     }
 }
-
-/// `url` without its `user:password@` part, for the messages the CLI
-/// writes itself (the library's errors are redacted already).
-pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.find("://") {
-        Some(end) => url.split_at(end + 3),
-        None => ("", url),
-    };
-    // The last `@`: a password may hold `/`, `?`, `#` or `@`.
-    match rest.rfind('@') {
-        Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_lose_their_credentials() {
-        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact_url("redis://:p@ss@h:1"), "redis://***@h:1");
-        assert_eq!(redact_url("redis://u:pa#ss/x@h:1"), "redis://***@h:1");
-        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
-    }
-}

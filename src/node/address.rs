@@ -71,8 +71,19 @@ pub(crate) fn addr_of(info: &ConnectionInfo) -> String {
     }
 }
 
-/// The URL without its `user:password@` part.
-pub(crate) fn redact_url(url: &str) -> String {
+/// `url` without its `user:password@` part, as this crate writes URLs in
+/// its errors and logs: for the messages an application writes itself.
+///
+/// The last `@` ends the credentials, wherever it is: a password may hold
+/// `/`, `?`, `#` or `@`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(multilock::redact_url("redis://app:s3cret@cache:6379/0"), "redis://***@cache:6379/0");
+/// assert_eq!(multilock::redact_url("redis://cache:6379"), "redis://cache:6379");
+/// ```
+pub fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(end) => url.split_at(end + 3),
         None => ("", url),

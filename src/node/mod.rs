@@ -29,7 +29,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::error::{Error, Result, Unavailable};
-pub(crate) use address::{addr_of, connection_info, open_client, redact_url, tcp_settings};
+pub use address::redact_url;
+pub(crate) use address::{addr_of, connection_info, open_client, tcp_settings};
 pub use builder::NodeBuilder;
 #[cfg(feature = "cluster")]
 pub use cluster::ShardedPubSub;
@@ -389,6 +390,7 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("redis://u:pa#ss@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://u:p/w?x@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("redis://:p@ss@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("nonsense"), "nonsense");
         assert_eq!(redact_url("u:hunter2@h:1"), "***@h:1");
     }
