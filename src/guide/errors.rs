@@ -2,7 +2,9 @@
 //! a bounded wait returns instead of an error.
 //!
 //! Errors are one enum, [`Error`] (table below). Passwords in URLs
-//! never appear in errors, `Debug` output or logs.
+//! never appear in errors, `Debug` output or logs; an application that
+//! writes a node's URL itself can redact it the same way with
+//! [`redact_url`](crate::redact_url).
 //!
 //! # Errors
 //!
