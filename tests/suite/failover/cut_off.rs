@@ -3,7 +3,7 @@
 
 use super::*;
 use multilock_testkit::poll_until;
-/// Spawns a watcher that owns `guard` and records when `lost()` fired.
+
 /// Five two-sided masters; the holder reaches them through side A, the
 /// other client through side B.
 struct CutOff {
@@ -109,6 +109,7 @@ async fn lock_on_every_node(red: &multilock::RedLock) -> multilock::Guard {
     panic!("five locks in a row held on only some nodes; the last on {held:?}");
 }
 
+/// Spawns a watcher that owns `guard` and records when `lost()` fired.
 fn watch_lost(guard: multilock::Guard) -> tokio::task::JoinHandle<(Instant, multilock::Guard)> {
     tokio::spawn(async move {
         guard.lost().await;
