@@ -210,16 +210,11 @@ async fn contention_keeps_a_non_atomic_counter_exact() {
     // release removes it in time.
     let client = long_lease_client();
     let lock = client.lock(&node, "counter-lock").unwrap();
-    let holds = Holds {
-        client_id: client.id().to_owned(),
-        urls: vec![server.url()],
-    };
+    let holds = Holds::of(&client, std::slice::from_ref(&server));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| spawn_counter_task(lock.clone(), server.url(), ROUNDS, None, holds.clone()))
         .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    join_counter_tasks(tasks).await;
     assert_eq!(counter(&server.url()).await, (TASKS * ROUNDS) as u64);
     assert!(!exists(&server.url(), "counter-lock").await);
 }

@@ -446,15 +446,31 @@ pub fn spawn_counter_task<L: multilock::DistributedLock>(
     })
 }
 
+/// Waits for every [`spawn_counter_task`], failing as soon as one fails:
+/// the others may be waiting for a lock its failure left taken.
+pub async fn join_counter_tasks(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    if let Err(err) = futures::future::try_join_all(tasks).await {
+        std::panic::resume_unwind(err.into_panic());
+    }
+}
+
 /// Where a [`spawn_counter_task`]'s holds live: its client's id (the
 /// first part of every hash field it writes) and the servers of the lock.
 #[derive(Clone)]
 pub struct Holds {
-    pub client_id: String,
-    pub urls: Vec<String>,
+    client_id: String,
+    urls: Vec<String>,
 }
 
 impl Holds {
+    /// The holds of `client` on `servers`.
+    pub fn of(client: &Client, servers: &[RedisProcess]) -> Holds {
+        Holds {
+            client_id: client.id().to_owned(),
+            urls: servers.iter().map(RedisProcess::url).collect(),
+        }
+    }
+
     /// Waits (at most [`PATIENCE`]) until no server holds `field` of
     /// `name`: a release left to the background after `unconfirmed`.
     async fn wait_until_released(&self, name: &str, field: &str, unconfirmed: &multilock::Error) {

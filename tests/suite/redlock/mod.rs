@@ -50,14 +50,6 @@ async fn wait_until_keys_left(servers: &[RedisProcess], key: &str, expected: &[u
     .await
 }
 
-/// Where the counter tasks of `client` hold their lock: every server.
-fn holds_of(client: &Client, servers: &[RedisProcess]) -> Holds {
-    Holds {
-        client_id: client.id().to_owned(),
-        urls: servers.iter().map(RedisProcess::url).collect(),
-    }
-}
-
 /// The hold count of `field` on each node (`None`: no such field).
 async fn counts_on(servers: &[RedisProcess], key: &str, field: &str) -> Vec<Option<u64>> {
     let mut counts = Vec::new();
@@ -168,7 +160,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
     for _ in 0..3 {
         let client = client();
         let red = client.red_lock_on(&nodes, NAME).unwrap();
-        let holds = holds_of(&client, &servers);
+        let holds = Holds::of(&client, &servers);
         for _ in 0..8 {
             let lease = Some(Duration::from_secs(10));
             tasks.push(spawn_counter_task(
@@ -180,9 +172,7 @@ async fn contention_across_clients_keeps_the_counter_exact() {
             ));
         }
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    join_counter_tasks(tasks).await;
     assert_eq!(counter(&counter_url).await, 3 * 8 * 15);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
@@ -199,7 +189,7 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
         // Its keys outlive the wait for a background release.
         let client = long_lease_client();
         let multi = client.multi_lock_on(&nodes, NAME).unwrap();
-        let holds = holds_of(&client, &servers);
+        let holds = Holds::of(&client, &servers);
         for _ in 0..4 {
             tasks.push(spawn_counter_task(
                 multi.clone(),
@@ -210,9 +200,7 @@ async fn multilock_contention_across_clients_keeps_the_counter_exact() {
             ));
         }
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    join_counter_tasks(tasks).await;
     assert_eq!(counter(&counter_url).await, 3 * 4 * 10);
     assert!(keys_left(&servers, NAME).await.is_empty());
 }
