@@ -560,6 +560,26 @@ fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
         .collect()
 }
 
+/// How an idle core waits, when the kernel says: on a virtual machine whose
+/// idle cores halt at once (`haltpoll` with no guest halt polling), every
+/// wake-up of an idle core costs an exit to the host, and the latency
+/// figures weigh those more than the client's own work (`BENCHMARKS.md`,
+/// 2026-12-01 afternoon).
+fn idle_line() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    let Some(driver) = read("/sys/devices/system/cpu/cpuidle/current_driver") else {
+        return String::new();
+    };
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Some(ns) => format!(" · idle: {driver}, guest halt polling {ns} ns"),
+        None => format!(" · idle: {driver}"),
+    }
+}
+
 /// Date, machine, Redis and toolchain, for the README.
 async fn machine_line(servers: &Servers, settings: &Settings, took: Duration) -> String {
     let command = |program: &str, args: &[&str]| {
@@ -580,6 +600,7 @@ async fn machine_line(servers: &Servers, settings: &Settings, took: Duration) ->
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let idle = idle_line();
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
@@ -597,7 +618,7 @@ async fn machine_line(servers: &Servers, settings: &Settings, took: Duration) ->
         format!("MULTILOCK_BENCH_ONLY={} ", only.join(","))
     });
     format!(
-        "{} · {cpu}, {cores} cores, load average {load} at the end · Linux {} · redis-server \
+        "{} · {cpu}, {cores} cores, load average {load} at the end{idle} · Linux {} · redis-server \
          {redis} on loopback ({SERVERS} processes on the same machine) · {} · {} run, {:.0} s · \
          `{only}cargo bench --bench locks`",
         command("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
