@@ -450,7 +450,10 @@ pub fn spawn_counter_task<L: multilock::DistributedLock>(
 /// the others may be waiting for a lock its failure left taken.
 pub async fn join_counter_tasks(tasks: Vec<tokio::task::JoinHandle<()>>) {
     if let Err(err) = futures::future::try_join_all(tasks).await {
-        std::panic::resume_unwind(err.into_panic());
+        match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(err) => panic!("a counter task did not finish: {err}"),
+        }
     }
 }
 
